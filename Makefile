@@ -1,0 +1,103 @@
+# uswap build. `make` builds build/libuswap.{so,a}, build/uswap and uswap.pc; `make check` runs the tests.
+# Variants: make SAN=address,undefined check | make SAN=thread check | make DEBUG=2 check
+# Sources are picked up by directory, so a new backend or test is a new file, not a Makefile edit.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+VERSION := 0.1.0
+CC ?= cc
+BUILD ?= build
+comma := ,
+
+PKGS := liblz4 libzstd liburing hiredis libsodium
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS := $(shell pkg-config --libs $(PKGS))
+
+OPT ?= -O2
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) -fPIC -pthread \
+	-Iinclude -Isrc $(PKG_CFLAGS)
+LIBS := $(PKG_LIBS) -pthread -lm -ldl
+
+ifneq ($(SAN),)
+CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDSAN := -fsanitize=$(SAN)
+BUILD := build-$(subst $(comma),-,$(SAN))
+endif
+ifneq ($(DEBUG),)
+CFLAGS_BASE += -DUSWAP_DEBUG=$(DEBUG)
+endif
+CFLAGS_ALL := $(CFLAGS_BASE) $(CFLAGS)
+
+LIB_SRC := $(wildcard src/util/*.c src/core/*.c src/backend/*.c src/mm/*.c)
+CLI_SRC := $(wildcard src/cli/*.c)
+PRELOAD_SRC := $(wildcard src/preload/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+all: $(BUILD)/libuswap.so $(BUILD)/libuswap.a $(BUILD)/uswap $(BUILD)/uswap.pc \
+	$(if $(PRELOAD_SRC),$(BUILD)/libuswap-preload.so)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(BUILD)/libuswap.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libuswap.so: $(LIB_OBJ) src/uswap.map
+	$(CC) -shared -Wl,--version-script=src/uswap.map -Wl,-soname,libuswap.so.0 $(LDSAN) \
+		-o $@ $(LIB_OBJ) $(LIBS)
+
+# The command links the static library so that `build/uswap` runs from the tree without LD_LIBRARY_PATH.
+$(BUILD)/uswap: $(CLI_OBJ) $(BUILD)/libuswap.a
+	$(CC) $(LDSAN) -o $@ $(CLI_OBJ) $(BUILD)/libuswap.a $(LIBS)
+
+$(BUILD)/libuswap-preload.so: $(PRELOAD_OBJ) $(BUILD)/libuswap.a
+	$(CC) -shared $(LDSAN) -o $@ $(PRELOAD_OBJ) $(BUILD)/libuswap.a $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libuswap.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDSAN) -o $@ $< $(TEST_LIB_OBJ) $(BUILD)/libuswap.a $(LIBS)
+
+$(BUILD)/uswap.pc: Makefile
+	@mkdir -p $(dir $@)
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: uswap\nDescription: user-space swap abstraction layer\nVersion: %s\nRequires.private: %s\nLibs: -L$${libdir} -luswap\nLibs.private: -pthread -lm -ldl\nCflags: -I$${includedir}\n' \
+		'$(PREFIX)' '$(VERSION)' '$(PKGS)' > $@
+
+tests: $(TEST_BIN)
+
+check: all tests
+	BUILD=$(BUILD) tools/runtests.sh $(TEST_BIN)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3
+	install -m 644 $(BUILD)/libuswap.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libuswap.so $(DESTDIR)$(PREFIX)/lib/libuswap.so.0
+	ln -sf libuswap.so.0 $(DESTDIR)$(PREFIX)/lib/libuswap.so
+	install -m 644 include/uswap.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(BUILD)/uswap $(DESTDIR)$(PREFIX)/bin/
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/uswap.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uswap.pc
+	$(if $(wildcard $(BUILD)/libuswap-preload.so),install -m 755 $(BUILD)/libuswap-preload.so $(DESTDIR)$(PREFIX)/lib/)
+	$(if $(wildcard docs/*.1),install -m 644 docs/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/)
+	$(if $(wildcard docs/*.3),install -m 644 docs/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/)
+
+format:
+	clang-format -i $(shell git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run -Werror $(shell git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-*
+
+.PHONY: all tests check install format format-check clean
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

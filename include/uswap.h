@@ -1,0 +1,141 @@
+/*
+ * uswap.h - public API of uswap, a swap abstraction layer in user space.
+ *
+ * A layer (struct uswap) owns a stack of tiers (same-filled, compressed pool, ...). A folio of 1..512
+ * contiguous 4 KiB pages is stored through the stack and named by a swap id; the id never changes while
+ * the data moves between tiers (writeback, swapoff). Every call returns 0 (or a count) on success and a
+ * negative errno on failure; uswap_errmsg() gives a sentence about the last failure of this thread.
+ */
+#ifndef USWAP_H
+#define USWAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define USWAP_PAGE_SIZE 4096u
+#define USWAP_FOLIO_MAX_PAGES 512u /* 2 MiB */
+#define USWAP_MAX_TIERS 7u
+/* The tier stack of uswap_create() when spec is NULL or "". */
+#define USWAP_DEFAULT_TIERS "same,zpool:lz4:max=25%"
+
+struct uswap;
+
+/* A swap id: 0 is never a valid id. */
+typedef uint64_t uswap_id_t;
+
+/* Options of uswap_create_opts(); zero means "default" for every field. */
+struct uswap_options {
+	const char *tiers;           /* tier string, see uswap_create() */
+	uint64_t max_pages;          /* descriptor slab capacity in pages (default 2^28: 1 TiB swapped) */
+	unsigned nr_ctx;             /* codec contexts = concurrent stores/loads (default 2 * CPUs) */
+	unsigned no_background : 1;  /* no writeback/compaction thread: the caller runs uswap_maintain() */
+};
+
+/*
+ * uswap_create() - build a layer from a tier string.
+ * @spec: comma-separated tiers in store order, each "name[:arg[:key=value]...]", e.g.
+ *        "same,zpool:lz4:max=256M" or "same,zpool:zstd:level=3:max=25%:reject=90%".
+ * Return: 0 and *out set; -EINVAL bad spec (uswap_errmsg() names the bad part); -ENOMEM.
+ */
+int uswap_create(struct uswap **out, const char *spec);
+int uswap_create_opts(struct uswap **out, const struct uswap_options *opts);
+
+/* uswap_destroy() - free every swap id and the layer. Context: no other call may be running on @u. */
+void uswap_destroy(struct uswap *u);
+
+/*
+ * uswap_store() - store @npages pages from @src through the tier stack.
+ * Context: reclaim path; allocates no memory. On failure nothing is kept and the caller still owns
+ * the only copy of the data.
+ * Return: 0 and *id set; -EINVAL bad npages; -ENOSPC no tier took a page (full or incompressible
+ * with no tier below); -EIO every tier that could take a page failed; -ENOMEM no descriptors left.
+ */
+int uswap_store(struct uswap *u, const void *src, size_t npages, uswap_id_t *id);
+
+/*
+ * uswap_load() - copy the folio @id (all its pages) into @dst, which holds @npages pages.
+ * uswap_load_pages() - copy pages [first, first + n) of the folio @id into @dst.
+ * The id stays valid: a load does not free it.
+ * Return: 0; -ENOENT @id is not a live swap id; -EINVAL @npages or the range does not match the folio;
+ * -EBADMSG the data does not match its checksum; -EIO the tier failed to read it.
+ */
+int uswap_load(struct uswap *u, uswap_id_t id, void *dst, size_t npages);
+int uswap_load_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n, void *dst);
+
+/*
+ * uswap_free() - release the folio @id and its storage. uswap_free_pages() releases a part of it
+ * (the rest of the folio stays loadable page by page; the folio ends when its last page is freed).
+ * Return: 0; -ENOENT not a live id; -EINVAL bad range.
+ */
+int uswap_free(struct uswap *u, uswap_id_t id);
+int uswap_free_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n);
+
+/* uswap_folio_pages() - number of pages of folio @id, or -ENOENT. */
+ssize_t uswap_folio_pages(struct uswap *u, uswap_id_t id);
+
+/*
+ * uswap_swapoff() - move everything tier @tier holds to the other tiers, while the layer stays in use,
+ * and take no new stores into it. uswap_swapon() takes stores again.
+ * Return: 0; -EINVAL no such tier; -ENOSPC some pages could not be placed elsewhere (they stay in the
+ * tier, intact, and the tier stays off); -EIO a read failed (the page stays where it was).
+ */
+int uswap_swapoff(struct uswap *u, unsigned tier);
+int uswap_swapon(struct uswap *u, unsigned tier);
+
+/*
+ * uswap_writeback() - move up to @max_pages of the coldest pages of tier @tier to the tiers below it.
+ * Return: pages moved (>= 0); -EINVAL no such tier or no tier below; -EOPNOTSUPP tier keeps no LRU.
+ */
+ssize_t uswap_writeback(struct uswap *u, unsigned tier, size_t max_pages);
+
+/*
+ * uswap_maintain() - one round of background work: writeback of tiers over their high watermark and
+ * compaction of fragmented pools. The layer's own thread calls it unless no_background is set.
+ * Return: pages moved or compacted (>= 0).
+ */
+ssize_t uswap_maintain(struct uswap *u);
+
+struct uswap_tier_stats {
+	char name[16];           /* backend name: "same", "zpool", ... */
+	char spec[112];          /* the tier as configured */
+	uint64_t pages;          /* pages held now */
+	uint64_t data_bytes;     /* bytes of page data held (compressed size for zpool) */
+	uint64_t used_bytes;     /* memory or space the tier uses to hold them, its bookkeeping included */
+	uint64_t capacity_bytes; /* 0 = unbounded */
+	uint64_t meta_bytes;     /* the tier's own metadata (allocator bookkeeping) */
+	uint64_t stores, loads, rejects, errors;
+	uint64_t writeback_in, writeback_out; /* pages received from above / pushed below */
+	uint32_t off;                          /* 1 after uswap_swapoff() */
+};
+
+struct uswap_stats {
+	uint64_t pages;          /* pages held by the layer now */
+	uint64_t folios;         /* live swap ids */
+	uint64_t stores, loads, frees; /* calls that succeeded */
+	uint64_t store_failures; /* stores no tier took */
+	uint64_t csum_errors;    /* loads whose data did not match its checksum */
+	uint64_t io_errors;      /* loads a tier failed */
+	uint64_t desc_bytes;     /* descriptor slab and its allocator, as touched */
+	uint64_t meta_bytes;     /* desc_bytes + every tier's meta_bytes */
+	unsigned nr_tiers;
+	struct uswap_tier_stats tier[USWAP_MAX_TIERS];
+};
+
+/* uswap_stats() - a snapshot of the counters. Return: 0. */
+int uswap_stats(struct uswap *u, struct uswap_stats *st);
+
+/* uswap_errmsg() - the message of this thread's last failed call ("" if none). */
+const char *uswap_errmsg(void);
+
+/* uswap_parse_size() - "4096", "64K", "256M", "8G", "1T"; "N%" of physical RAM when @pct_ok. */
+int uswap_parse_size(const char *s, int pct_ok, uint64_t *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

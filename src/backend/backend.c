@@ -1,0 +1,192 @@
+/*
+ * backend.c - the registry of backends and the wrappers core calls: statistics and fault injection
+ * sit here, once, instead of in every backend.
+ */
+#include "backend/backend.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+
+/* Store order does not matter here; the tier string decides it. New backends add one line. */
+static const struct uswap_backend_ops *const registry[] = {
+	&same_backend_ops,
+	&zpool_backend_ops,
+};
+
+#define NR_BACKENDS (sizeof(registry) / sizeof(registry[0]))
+
+const struct uswap_backend_ops *backend_lookup(const char *name, size_t len)
+{
+	for (size_t i = 0; i < NR_BACKENDS; i++)
+		if (strlen(registry[i]->name) == len && !memcmp(registry[i]->name, name, len))
+			return registry[i];
+	return NULL;
+}
+
+const char *backend_names(void)
+{
+	static char names[128];
+
+	if (!names[0]) {
+		size_t off = 0;
+
+		for (size_t i = 0; i < NR_BACKENDS && off < sizeof(names); i++)
+			off += snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", registry[i]->name);
+	}
+	return names;
+}
+
+int backend_open(struct backend *b, const struct uswap_backend_ops *ops, const char *args,
+		 const struct backend_env *env)
+{
+	b->ops = ops;
+	return ops->open(b, args ? args : "", env);
+}
+
+void backend_close(struct backend *b)
+{
+	if (b->ops && b->ops->close)
+		b->ops->close(b);
+	b->ops = NULL;
+}
+
+/* Counts down the injected fault; true when this call must fail. */
+static bool fault_fires(_Atomic long *nth, bool sticky)
+{
+	long n = atomic_load_explicit(nth, memory_order_relaxed);
+
+	while (n > 0) {
+		if (n == 1 && sticky)
+			return true;
+		if (atomic_compare_exchange_weak(nth, &n, n - 1))
+			return n == 1;
+	}
+	return false;
+}
+
+ssize_t backend_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
+{
+	ssize_t n;
+
+	if (atomic_load_explicit(&b->off, memory_order_relaxed))
+		return 0;
+	if (fault_fires(&b->fault.store_nth, b->fault.sticky)) {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+		return b->fault.store_err;
+	}
+	n = b->ops->store(b, src, npages, owner, handles);
+	if (n > 0) {
+		atomic_fetch_add_explicit(&b->stores, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&b->nr_pages, (uint64_t)n, memory_order_relaxed);
+	} else if (n == 0 || n == -ENOSPC) {
+		atomic_fetch_add_explicit(&b->rejects, 1, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+	}
+	return n;
+}
+
+int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
+{
+	int ret;
+
+	if (fault_fires(&b->fault.load_nth, b->fault.sticky)) {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+		return b->fault.load_err;
+	}
+	ret = b->ops->load(b, owner, handles, npages, dst);
+	if (ret)
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&b->loads, 1, memory_order_relaxed);
+	return ret;
+}
+
+void backend_release(struct backend *b, uint32_t owner, uint64_t handle)
+{
+	if (b->ops->release)
+		b->ops->release(b, owner, handle);
+	atomic_fetch_sub_explicit(&b->nr_pages, 1, memory_order_relaxed);
+}
+
+int backend_flush(struct backend *b)
+{
+	return b->ops->flush ? b->ops->flush(b) : 0;
+}
+
+size_t backend_cold(struct backend *b, uint32_t *owners, size_t max)
+{
+	return backend_has(b, BACKEND_LRU) ? b->ops->cold(b, owners, max) : 0;
+}
+
+size_t backend_sparse(struct backend *b, uint32_t *owners, size_t max)
+{
+	return backend_has(b, BACKEND_COMPACT) ? b->ops->sparse(b, owners, max) : 0;
+}
+
+int backend_relocate(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle)
+{
+	if (!backend_has(b, BACKEND_COMPACT))
+		return -EOPNOTSUPP;
+	return b->ops->relocate(b, owner, handle, new_handle);
+}
+
+void backend_stats(struct backend *b, struct uswap_tier_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	snprintf(st->name, sizeof(st->name), "%s", b->ops->name);
+	snprintf(st->spec, sizeof(st->spec), "%s", b->spec);
+	if (b->ops->stats)
+		b->ops->stats(b, st);
+	st->pages = atomic_load(&b->nr_pages);
+	st->stores = atomic_load(&b->stores);
+	st->loads = atomic_load(&b->loads);
+	st->rejects = atomic_load(&b->rejects);
+	st->errors = atomic_load(&b->errors);
+	st->writeback_in = atomic_load(&b->wb_in);
+	st->writeback_out = atomic_load(&b->wb_out);
+	st->off = atomic_load(&b->off);
+}
+
+void backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky)
+{
+	b->fault.sticky = sticky;
+	if (on_store) {
+		b->fault.store_err = err;
+		atomic_store(&b->fault.store_nth, nth);
+	} else {
+		b->fault.load_err = err;
+		atomic_store(&b->fault.load_nth, nth);
+	}
+}
+
+bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, size_t vallen)
+{
+	const char *s = *args, *end, *eq;
+	size_t klen;
+
+	if (!*s)
+		return false;
+	end = strchr(s, ':');
+	if (!end)
+		end = s + strlen(s);
+	eq = memchr(s, '=', (size_t)(end - s));
+	klen = (size_t)((eq ? eq : end) - s);
+	if (klen >= keylen)
+		klen = keylen - 1;
+	memcpy(key, s, klen);
+	key[klen] = '\0';
+	val[0] = '\0';
+	if (eq) {
+		size_t vlen = (size_t)(end - eq - 1);
+
+		if (vlen >= vallen)
+			vlen = vallen - 1;
+		memcpy(val, eq + 1, vlen);
+		val[vlen] = '\0';
+	}
+	*args = *end ? end + 1 : end;
+	return true;
+}

@@ -1,0 +1,112 @@
+/*
+ * backend.h - the ops vector every tier implements, and the wrappers core calls.
+ *
+ * A backend stores runs of 4 KiB pages and names each stored page by a 64-bit handle (32 bits unless the
+ * backend has BACKEND_INLINE: then the handle is the page itself, e.g. a fill word). Core never calls
+ * b->ops->x directly: the backend_*() wrappers count statistics and are where tests inject faults.
+ * Backends never call up into core; "owner" is an opaque cookie core passes down (the page's
+ * descriptor number) so that cold()/sparse() can name pages and remote stores can bind data to it.
+ */
+#ifndef USWAP_BACKEND_H
+#define USWAP_BACKEND_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "uswap.h"
+
+#define PAGE_SIZE USWAP_PAGE_SIZE
+
+enum backend_caps {
+	BACKEND_INLINE = 1 << 0,  /* the handle holds the data: nothing to release, no checksum needed */
+	BACKEND_LRU = 1 << 1,     /* cold() names its coldest pages, for writeback */
+	BACKEND_COMPACT = 1 << 2, /* sparse() + relocate() reduce fragmentation */
+	BACKEND_BATCH = 1 << 3,   /* stores may be buffered until flush() */
+	BACKEND_DURABLE = 1 << 4, /* data outlives the process's memory (file, remote) */
+};
+
+struct backend;
+
+/* What a backend learns about the layer at open(). */
+struct backend_env {
+	unsigned nr_ctx;  /* concurrent callers to size per-caller state for (codec contexts, buffers) */
+	bool is_last;     /* no tier below: refusing a page means it stays resident */
+};
+
+struct uswap_backend_ops {
+	const char *name;
+	unsigned caps;
+	/* Parse @args (the tier text after "name:", may be "") strictly; may allocate. */
+	int (*open)(struct backend *b, const char *args, const struct backend_env *env);
+	void (*close)(struct backend *b);
+	/*
+	 * Context: reclaim path, no allocation. Store a prefix of the @npages pages at @src, page i owned
+	 * by @owner + i. Return: pages taken (0: refuses the first page: full, incompressible, not its
+	 * kind) with handles[] filled for them, or -errno with nothing taken. On success the backend
+	 * owns a copy; @src is the caller's again.
+	 */
+	ssize_t (*store)(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles);
+	/* Context: fault path. Fill npages * PAGE_SIZE bytes at @dst, or -EIO (nothing is trusted). */
+	int (*load)(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst);
+	void (*release)(struct backend *b, uint32_t owner, uint64_t handle);
+	int (*flush)(struct backend *b); /* optional: NULL = nothing buffered */
+	/* BACKEND_LRU: owners of up to @max coldest pages, coldest first. */
+	size_t (*cold)(struct backend *b, uint32_t *owners, size_t max);
+	/* BACKEND_COMPACT: owners of pages worth moving to defragment, and the move itself. */
+	size_t (*sparse)(struct backend *b, uint32_t *owners, size_t max);
+	int (*relocate)(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle);
+	void (*stats)(struct backend *b, struct uswap_tier_stats *st); /* fills pages..meta_bytes */
+};
+
+/* Test hook: fail the nth next call of an op with err (see backend_inject()). */
+struct backend_fault {
+	_Atomic long store_nth, load_nth; /* 1 = the next call; 0 = off; each call counts down */
+	int store_err, load_err;
+	bool sticky; /* keep failing after the nth call */
+};
+
+struct backend {
+	const struct uswap_backend_ops *ops;
+	void *priv;
+	unsigned index;   /* position in the stack */
+	char spec[112];   /* as configured, for stats and messages */
+	_Atomic bool off; /* swapped off: takes no stores */
+	_Atomic uint64_t nr_pages, stores, loads, rejects, errors, wb_in, wb_out;
+	struct backend_fault fault;
+};
+
+/* The backends a tier string may name. */
+const struct uswap_backend_ops *backend_lookup(const char *name, size_t len);
+/* "same, zpool, ..." for messages. */
+const char *backend_names(void);
+
+int backend_open(struct backend *b, const struct uswap_backend_ops *ops, const char *args,
+		 const struct backend_env *env);
+void backend_close(struct backend *b);
+ssize_t backend_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles);
+int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst);
+void backend_release(struct backend *b, uint32_t owner, uint64_t handle);
+int backend_flush(struct backend *b);
+size_t backend_cold(struct backend *b, uint32_t *owners, size_t max);
+size_t backend_sparse(struct backend *b, uint32_t *owners, size_t max);
+int backend_relocate(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle);
+void backend_stats(struct backend *b, struct uswap_tier_stats *st);
+
+static inline bool backend_has(const struct backend *b, unsigned cap)
+{
+	return b->ops->caps & cap;
+}
+
+/* Test hook: from now, the @nth next store (load) fails with @err; @sticky: and every one after. */
+void backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky);
+
+/* Arguments "a:b=c:d": next field into @key (and @val after '=', or NULL); returns false at the end. */
+bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, size_t vallen);
+
+extern const struct uswap_backend_ops same_backend_ops;
+extern const struct uswap_backend_ops zpool_backend_ops;
+
+#endif

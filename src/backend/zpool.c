@@ -1,0 +1,598 @@
+/*
+ * zpool.c - compressed RAM tier: lz4/zstd objects packed by size class into 64 KiB blocks.
+ *
+ * The pool is one virtual reservation of max bytes cut into blocks of 16 pages. A block serves one size
+ * class (objects of (i+1) * 16 bytes); objects straddle the pages inside a block, so the only waste is
+ * rounding (< 16 bytes an object) and the block tail (< one object per 16 pages). Pages of a block are
+ * touched in order, so memory used is what was ever handed out; an empty block goes back with
+ * MADV_DONTNEED. Each object starts with a 6-byte header (owner, compressed length): the owner is how
+ * writeback and compaction name the page to core. Blocks sit on an LRU ordered by last allocation: the
+ * tail block holds the coldest objects, and writing it back frees a whole block at once.
+ *
+ * Invariant: a live handle names one object whose header owner is non-zero; nr_used counts them per
+ * block; committed counts the pages below each block's high water. Lock order: desc lock (core) ->
+ * zpool.lock. Loads read objects without the lock: core holds the descriptor lock, so the object can
+ * neither be released nor relocated meanwhile. Called only through backend.c.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/codec.h"
+#include "util/alloc.h"
+#include "util/err.h"
+
+#define ZP_BLOCK_SHIFT 16
+#define ZP_BLOCK_SIZE (1u << ZP_BLOCK_SHIFT)
+#define ZP_BLOCK_PAGES (ZP_BLOCK_SIZE / PAGE_SIZE)
+#define ZP_ALIGN 16u /* class granularity: 256 classes, rounding waste < 16 bytes */
+#define ZP_NR_CLASSES (PAGE_SIZE / ZP_ALIGN)
+#define ZP_HDR 6u /* owner (4) + compressed length (2); a free object keeps owner 0 and its next slot */
+#define ZP_SLOT_BITS 12 /* 64 KiB / 16 */
+#define ZP_MAX_BLOCKS (1u << (32 - ZP_SLOT_BITS)) /* handles fit in 32 bits: 64 GiB of pool */
+#define NIL UINT32_MAX
+
+static_assert(ZP_BLOCK_SIZE / ZP_ALIGN <= (1u << ZP_SLOT_BITS), "slot index fits in a handle");
+
+enum zblock_state { ZB_FREE, ZB_PARTIAL, ZB_FULL };
+
+struct zblock {
+	uint32_t lru_prev, lru_next; /* blocks in use, head = last allocated into */
+	uint32_t prev, next;         /* class partial list; next links the free-block list */
+	uint16_t cls;
+	uint16_t nr_used;   /* live objects */
+	uint16_t nr_alloc;  /* slots ever handed out: the high water; pages above it are untouched */
+	uint16_t free_head; /* free slot + 1 below nr_alloc, 0 = none */
+	uint8_t state;
+};
+
+struct zclass {
+	uint32_t obj_size;
+	uint32_t per_block;
+	uint32_t head, tail; /* partial blocks: allocation takes the head, newly partial ones go last */
+	uint32_t nr_blocks;
+};
+
+struct zpool {
+	pthread_mutex_t lock;
+	unsigned char *base;
+	uint32_t max_blocks; /* reservation, from max= */
+	uint32_t hwm;        /* blocks ever used */
+	uint32_t free_blocks;
+	uint32_t lru_head, lru_tail;
+	uint64_t max_bytes;
+	size_t reject_len; /* compressed length above which a page is refused as incompressible */
+	struct zblock *blocks;
+	struct zclass cls[ZP_NR_CLASSES];
+	uint64_t data_bytes; /* compressed bytes held (headers not counted) */
+	uint64_t obj_bytes;  /* bytes of live objects, rounding and headers included */
+	uint64_t committed;  /* bytes of pool memory touched and not given back */
+	uint64_t nr_objs;
+	struct codec codec;
+};
+
+static inline unsigned char *obj_ptr(struct zpool *zp, uint32_t blk, uint32_t slot)
+{
+	return zp->base + ((size_t)blk << ZP_BLOCK_SHIFT) + (size_t)slot * zp->cls[zp->blocks[blk].cls].obj_size;
+}
+
+static inline uint32_t hdr_owner(const unsigned char *o)
+{
+	uint32_t v;
+
+	memcpy(&v, o, 4);
+	return v;
+}
+
+static inline uint16_t hdr_len(const unsigned char *o)
+{
+	uint16_t v;
+
+	memcpy(&v, o + 4, 2);
+	return v;
+}
+
+static inline void hdr_set(unsigned char *o, uint32_t owner, uint16_t len)
+{
+	memcpy(o, &owner, 4);
+	memcpy(o + 4, &len, 2);
+}
+
+static size_t block_committed(const struct zpool *zp, const struct zblock *b)
+{
+	size_t hw = (size_t)b->nr_alloc * zp->cls[b->cls].obj_size;
+
+	return (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
+}
+
+/* ---- lists, all under zp->lock ---- */
+
+static void lru_unlink(struct zpool *zp, uint32_t i)
+{
+	struct zblock *b = &zp->blocks[i];
+
+	if (b->lru_prev != NIL)
+		zp->blocks[b->lru_prev].lru_next = b->lru_next;
+	else
+		zp->lru_head = b->lru_next;
+	if (b->lru_next != NIL)
+		zp->blocks[b->lru_next].lru_prev = b->lru_prev;
+	else
+		zp->lru_tail = b->lru_prev;
+}
+
+static void lru_push_head(struct zpool *zp, uint32_t i)
+{
+	struct zblock *b = &zp->blocks[i];
+
+	b->lru_prev = NIL;
+	b->lru_next = zp->lru_head;
+	if (zp->lru_head != NIL)
+		zp->blocks[zp->lru_head].lru_prev = i;
+	else
+		zp->lru_tail = i;
+	zp->lru_head = i;
+}
+
+static void partial_unlink(struct zpool *zp, uint32_t i)
+{
+	struct zblock *b = &zp->blocks[i];
+	struct zclass *c = &zp->cls[b->cls];
+
+	if (b->prev != NIL)
+		zp->blocks[b->prev].next = b->next;
+	else
+		c->head = b->next;
+	if (b->next != NIL)
+		zp->blocks[b->next].prev = b->prev;
+	else
+		c->tail = b->prev;
+}
+
+static void partial_push(struct zpool *zp, uint32_t i, bool at_head)
+{
+	struct zblock *b = &zp->blocks[i];
+	struct zclass *c = &zp->cls[b->cls];
+
+	if (at_head) {
+		b->prev = NIL;
+		b->next = c->head;
+		if (c->head != NIL)
+			zp->blocks[c->head].prev = i;
+		else
+			c->tail = i;
+		c->head = i;
+	} else {
+		b->next = NIL;
+		b->prev = c->tail;
+		if (c->tail != NIL)
+			zp->blocks[c->tail].next = i;
+		else
+			c->head = i;
+		c->tail = i;
+	}
+	b->state = ZB_PARTIAL;
+}
+
+/* A fresh block for class @ci, or NIL when the pool is at its limit. */
+static uint32_t block_new(struct zpool *zp, unsigned ci)
+{
+	uint32_t i;
+	struct zblock *b;
+
+	/* The next block will touch at least one page: refuse at the limit, not beyond it. */
+	if (zp->committed + PAGE_SIZE > zp->max_bytes)
+		return NIL;
+	if (zp->free_blocks != NIL) {
+		i = zp->free_blocks;
+		zp->free_blocks = zp->blocks[i].next;
+	} else if (zp->hwm < zp->max_blocks) {
+		i = zp->hwm++;
+	} else {
+		return NIL;
+	}
+	b = &zp->blocks[i];
+	memset(b, 0, sizeof(*b));
+	b->cls = (uint16_t)ci;
+	zp->cls[ci].nr_blocks++;
+	partial_push(zp, i, true);
+	lru_push_head(zp, i);
+	return i;
+}
+
+static void block_free(struct zpool *zp, uint32_t i)
+{
+	struct zblock *b = &zp->blocks[i];
+
+	if (b->state == ZB_PARTIAL)
+		partial_unlink(zp, i);
+	lru_unlink(zp, i);
+	zp->committed -= block_committed(zp, b);
+	zp->cls[b->cls].nr_blocks--;
+	urelease_pages(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_BLOCK_SIZE);
+	b->state = ZB_FREE;
+	b->next = zp->free_blocks;
+	zp->free_blocks = i;
+}
+
+/* Take a slot in block @i (which has one). Return: the slot. */
+static uint32_t block_take(struct zpool *zp, uint32_t i)
+{
+	struct zblock *b = &zp->blocks[i];
+	struct zclass *c = &zp->cls[b->cls];
+	uint32_t slot;
+
+	if (b->free_head) {
+		slot = b->free_head - 1u;
+		b->free_head = hdr_len(obj_ptr(zp, i, slot));
+	} else {
+		size_t before = block_committed(zp, b);
+
+		slot = b->nr_alloc++;
+		zp->committed += block_committed(zp, b) - before;
+	}
+	b->nr_used++;
+	if (!b->free_head && b->nr_alloc == c->per_block) {
+		partial_unlink(zp, i);
+		b->state = ZB_FULL;
+	}
+	return slot;
+}
+
+/* Allocate an object of class @ci outside block @avoid. Return: handle, or NIL when full. */
+static uint32_t zpool_alloc(struct zpool *zp, unsigned ci, uint32_t avoid, bool may_grow)
+{
+	struct zclass *c = &zp->cls[ci];
+	uint32_t i = c->head;
+
+	if (i == avoid && i != NIL)
+		i = zp->blocks[i].next;
+	if (i == NIL) {
+		if (!may_grow)
+			return NIL;
+		i = block_new(zp, ci);
+		if (i == NIL)
+			return NIL;
+	}
+	if (zp->lru_head != i) {
+		lru_unlink(zp, i);
+		lru_push_head(zp, i);
+	}
+	return i << ZP_SLOT_BITS | block_take(zp, i);
+}
+
+static void zpool_free_obj(struct zpool *zp, uint32_t blk, uint32_t slot)
+{
+	struct zblock *b = &zp->blocks[blk];
+	struct zclass *c = &zp->cls[b->cls];
+	unsigned char *o = obj_ptr(zp, blk, slot);
+
+	zp->data_bytes -= hdr_len(o);
+	zp->obj_bytes -= c->obj_size;
+	zp->nr_objs--;
+	hdr_set(o, 0, b->free_head);
+	b->free_head = (uint16_t)(slot + 1);
+	if (--b->nr_used == 0) {
+		block_free(zp, blk);
+		return;
+	}
+	if (b->state == ZB_FULL)
+		partial_push(zp, blk, false);
+}
+
+static inline unsigned class_of(size_t clen)
+{
+	return (unsigned)((ZP_HDR + clen + ZP_ALIGN - 1) / ZP_ALIGN - 1);
+}
+
+static bool handle_ok(struct zpool *zp, uint64_t h, uint32_t owner)
+{
+	uint32_t blk = (uint32_t)(h >> ZP_SLOT_BITS), slot = h & ((1u << ZP_SLOT_BITS) - 1);
+
+	if (h > UINT32_MAX || blk >= zp->hwm || zp->blocks[blk].state == ZB_FREE ||
+	    slot >= zp->blocks[blk].nr_alloc)
+		return false;
+	return hdr_owner(obj_ptr(zp, blk, slot)) == owner;
+}
+
+/* ---- ops ---- */
+
+static int zpool_open(struct backend *b, const char *args, const struct backend_env *env)
+{
+	struct zpool *zp;
+	char key[32], val[64];
+	enum codec_kind kind = CODEC_LZ4;
+	int level = 3, ret;
+	bool level_set = false;
+	unsigned reject_pct = 90;
+	uint64_t max = 0;
+
+	while (backend_next_arg(&args, key, sizeof(key), val, sizeof(val))) {
+		if (!strcmp(key, "lz4") && !val[0]) {
+			kind = CODEC_LZ4;
+		} else if (!strcmp(key, "zstd")) {
+			kind = CODEC_ZSTD;
+			if (val[0]) { /* zstd=LEVEL */
+				char *end;
+				long l = strtol(val, &end, 10);
+
+				if (*end || l < 1 || l > 19)
+					return err_set(-EINVAL, "tier \"%s\": zstd level \"%s\" is not 1..19", b->spec, val);
+				level = (int)l;
+				level_set = true;
+			}
+		} else if (!strcmp(key, "level")) {
+			char *end;
+			long l = strtol(val, &end, 10);
+
+			if (!val[0] || *end || l < 1 || l > 19)
+				return err_set(-EINVAL, "tier \"%s\": level \"%s\" is not 1..19", b->spec, val);
+			level = (int)l;
+			level_set = true;
+		} else if (!strcmp(key, "max")) {
+			if (uswap_parse_size(val, 1, &max) || max < ZP_BLOCK_SIZE)
+				return err_set(-EINVAL, "tier \"%s\": max \"%s\" is not a size of 64K or more (256M, 25%%)",
+					       b->spec, val);
+		} else if (!strcmp(key, "reject")) {
+			char *end;
+			long p = strtol(val, &end, 10);
+
+			if (!val[0] || strcmp(end, "%") || p < 10 || p > 100)
+				return err_set(-EINVAL, "tier \"%s\": reject \"%s\" is not a percentage 10%%..100%%",
+					       b->spec, val);
+			reject_pct = (unsigned)p;
+		} else {
+			return err_set(-EINVAL,
+				       "tier \"%s\": unknown zpool option \"%s\" (lz4, zstd[=LEVEL], level=N, max=SIZE, reject=N%%)",
+				       b->spec, key);
+		}
+	}
+	if (level_set && kind != CODEC_ZSTD)
+		return err_set(-EINVAL, "tier \"%s\": level= needs zstd", b->spec);
+	if (!max)
+		uswap_parse_size("25%", 1, &max);
+
+	zp = ualloc_zero(sizeof(*zp));
+	if (!zp)
+		return -ENOMEM;
+	zp->max_bytes = max;
+	zp->max_blocks = (uint32_t)((max + ZP_BLOCK_SIZE - 1) / ZP_BLOCK_SIZE);
+	if (zp->max_blocks > ZP_MAX_BLOCKS)
+		zp->max_blocks = ZP_MAX_BLOCKS;
+	zp->reject_len = (size_t)PAGE_SIZE * reject_pct / 100;
+	if (zp->reject_len > PAGE_SIZE - ZP_HDR)
+		zp->reject_len = PAGE_SIZE - ZP_HDR; /* an object never exceeds a page */
+	zp->free_blocks = zp->lru_head = zp->lru_tail = NIL;
+	for (unsigned i = 0; i < ZP_NR_CLASSES; i++) {
+		zp->cls[i].obj_size = (i + 1) * ZP_ALIGN;
+		zp->cls[i].per_block = ZP_BLOCK_SIZE / zp->cls[i].obj_size;
+		zp->cls[i].head = zp->cls[i].tail = NIL;
+	}
+	ret = -ENOMEM;
+	zp->blocks = ureserve((size_t)zp->max_blocks * sizeof(struct zblock));
+	zp->base = ureserve((size_t)zp->max_blocks * ZP_BLOCK_SIZE);
+	if (!zp->blocks || !zp->base)
+		goto out_free;
+	ret = codec_init(&zp->codec, kind, level, env->nr_ctx);
+	if (ret)
+		goto out_free;
+	pthread_mutex_init(&zp->lock, NULL);
+	b->priv = zp;
+	return 0;
+
+out_free:
+	uunreserve(zp->blocks, (size_t)zp->max_blocks * sizeof(struct zblock));
+	uunreserve(zp->base, (size_t)zp->max_blocks * ZP_BLOCK_SIZE);
+	ufree(zp);
+	return ret;
+}
+
+static void zpool_close(struct backend *b)
+{
+	struct zpool *zp = b->priv;
+
+	if (!zp)
+		return;
+	codec_destroy(&zp->codec);
+	pthread_mutex_destroy(&zp->lock);
+	uunreserve(zp->blocks, (size_t)zp->max_blocks * sizeof(struct zblock));
+	uunreserve(zp->base, (size_t)zp->max_blocks * ZP_BLOCK_SIZE);
+	ufree(zp);
+	b->priv = NULL;
+}
+
+static ssize_t zpool_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
+{
+	struct zpool *zp = b->priv;
+	const unsigned char *s = src;
+	struct codec_ctx *x = codec_get(&zp->codec);
+	size_t i;
+
+	for (i = 0; i < npages; i++) {
+		size_t clen = codec_compress(&zp->codec, x, s + i * PAGE_SIZE, x->buf, zp->reject_len);
+		unsigned ci;
+		uint32_t h;
+
+		if (!clen)
+			break; /* incompressible: the next tier's */
+		ci = class_of(clen);
+		pthread_mutex_lock(&zp->lock);
+		h = zpool_alloc(zp, ci, NIL, true);
+		if (h == NIL) {
+			pthread_mutex_unlock(&zp->lock);
+			break;
+		}
+		unsigned char *o = obj_ptr(zp, h >> ZP_SLOT_BITS, h & ((1u << ZP_SLOT_BITS) - 1));
+
+		hdr_set(o, owner + (uint32_t)i, (uint16_t)clen);
+		memcpy(o + ZP_HDR, x->buf, clen);
+		zp->data_bytes += clen;
+		zp->obj_bytes += zp->cls[ci].obj_size;
+		zp->nr_objs++;
+		pthread_mutex_unlock(&zp->lock);
+		handles[i] = h;
+	}
+	codec_put(x);
+	return (ssize_t)i;
+}
+
+static int zpool_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
+{
+	struct zpool *zp = b->priv;
+	struct codec_ctx *x = codec_needs_ctx_to_load(&zp->codec) ? codec_get(&zp->codec) : NULL;
+	int ret = 0;
+
+	for (size_t i = 0; i < npages && !ret; i++) {
+		uint32_t blk = (uint32_t)(handles[i] >> ZP_SLOT_BITS);
+		const unsigned char *o;
+
+		if (!handle_ok(zp, handles[i], owner + (uint32_t)i)) {
+			ret = -EIO;
+			break;
+		}
+		o = obj_ptr(zp, blk, handles[i] & ((1u << ZP_SLOT_BITS) - 1));
+		ret = codec_decompress(&zp->codec, x, o + ZP_HDR, hdr_len(o), (unsigned char *)dst + i * PAGE_SIZE);
+	}
+	if (x)
+		codec_put(x);
+	return ret;
+}
+
+static void zpool_release(struct backend *b, uint32_t owner, uint64_t h)
+{
+	struct zpool *zp = b->priv;
+
+	pthread_mutex_lock(&zp->lock);
+	assert(handle_ok(zp, h, owner));
+	(void)owner;
+	zpool_free_obj(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
+	pthread_mutex_unlock(&zp->lock);
+}
+
+/* Owners of the live objects of block @i, appended to @owners. */
+static size_t block_owners(struct zpool *zp, uint32_t i, uint32_t *owners, size_t n, size_t max)
+{
+	struct zblock *b = &zp->blocks[i];
+
+	for (uint32_t s = 0; s < b->nr_alloc && n < max; s++) {
+		uint32_t o = hdr_owner(obj_ptr(zp, i, s));
+
+		if (o)
+			owners[n++] = o;
+	}
+	return n;
+}
+
+static size_t zpool_cold(struct backend *b, uint32_t *owners, size_t max)
+{
+	struct zpool *zp = b->priv;
+	size_t n = 0;
+
+	pthread_mutex_lock(&zp->lock);
+	for (uint32_t i = zp->lru_tail; i != NIL && n < max; i = zp->blocks[i].lru_prev)
+		n = block_owners(zp, i, owners, n, max);
+	pthread_mutex_unlock(&zp->lock);
+	return n;
+}
+
+/*
+ * Fragmentation is memory held by free slots of partial blocks. When it passes both 1 MiB and 1/8 of
+ * the pool, name the objects of the emptiest partial blocks (never a class's head, where allocation
+ * happens): relocating them into fuller blocks empties whole blocks.
+ */
+static size_t zpool_sparse(struct backend *b, uint32_t *owners, size_t max)
+{
+	struct zpool *zp = b->priv;
+	size_t n = 0;
+	uint64_t waste;
+
+	pthread_mutex_lock(&zp->lock);
+	waste = zp->committed - zp->obj_bytes;
+	if (waste < (1u << 20) || waste < zp->committed / 8)
+		goto out_unlock;
+	for (unsigned ci = 0; ci < ZP_NR_CLASSES && n < max; ci++) {
+		struct zclass *c = &zp->cls[ci];
+
+		for (uint32_t i = c->tail; i != NIL && i != c->head && n < max; i = zp->blocks[i].prev)
+			if (zp->blocks[i].nr_used <= c->per_block / 2)
+				n = block_owners(zp, i, owners, n, max);
+	}
+out_unlock:
+	pthread_mutex_unlock(&zp->lock);
+	return n;
+}
+
+static int zpool_relocate(struct backend *b, uint32_t owner, uint64_t h, uint64_t *new_handle)
+{
+	struct zpool *zp = b->priv;
+	uint32_t blk = (uint32_t)(h >> ZP_SLOT_BITS), slot = h & ((1u << ZP_SLOT_BITS) - 1), nh;
+	const unsigned char *o;
+	unsigned ci;
+	int ret = 0;
+
+	pthread_mutex_lock(&zp->lock);
+	if (!handle_ok(zp, h, owner)) {
+		ret = -EINVAL;
+		goto out_unlock;
+	}
+	ci = zp->blocks[blk].cls;
+	nh = zpool_alloc(zp, ci, blk, false);
+	if (nh == NIL) {
+		ret = -ENOSPC;
+		goto out_unlock;
+	}
+	o = obj_ptr(zp, blk, slot);
+	memcpy(obj_ptr(zp, nh >> ZP_SLOT_BITS, nh & ((1u << ZP_SLOT_BITS) - 1)), o, ZP_HDR + hdr_len(o));
+	zp->data_bytes += hdr_len(o);
+	zp->obj_bytes += zp->cls[ci].obj_size;
+	zp->nr_objs++;
+	zpool_free_obj(zp, blk, slot);
+	*new_handle = nh;
+out_unlock:
+	pthread_mutex_unlock(&zp->lock);
+	return ret;
+}
+
+static void zpool_stats(struct backend *b, struct uswap_tier_stats *st)
+{
+	struct zpool *zp = b->priv;
+
+	pthread_mutex_lock(&zp->lock);
+	st->data_bytes = zp->data_bytes;
+	st->used_bytes = zp->committed;
+	st->capacity_bytes = zp->max_bytes;
+	st->meta_bytes = (uint64_t)zp->hwm * sizeof(struct zblock) + sizeof(*zp);
+	pthread_mutex_unlock(&zp->lock);
+}
+
+/* Test hook: flip one byte of the object @h holds (its compressed data). */
+int zpool_corrupt(struct backend *b, uint64_t h)
+{
+	struct zpool *zp = b->priv;
+	unsigned char *o;
+
+	if (b->ops != &zpool_backend_ops || h > UINT32_MAX)
+		return -EINVAL;
+	o = obj_ptr(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
+	o[ZP_HDR + hdr_len(o) - 1] ^= 0x5a; /* lz4 always ends in literals: still decodes */
+	return 0;
+}
+
+const struct uswap_backend_ops zpool_backend_ops = {
+	.name = "zpool",
+	.caps = BACKEND_LRU | BACKEND_COMPACT,
+	.open = zpool_open,
+	.close = zpool_close,
+	.store = zpool_store,
+	.load = zpool_load,
+	.release = zpool_release,
+	.cold = zpool_cold,
+	.sparse = zpool_sparse,
+	.relocate = zpool_relocate,
+	.stats = zpool_stats,
+};

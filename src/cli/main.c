@@ -1,0 +1,66 @@
+/*
+ * main.c - the uswap command: dispatch to subcommands.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "uswap.h"
+
+static const char usage[] =
+	"usage: uswap COMMAND [ARGS]\n"
+	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES] [--threads N]\n"
+	"                        store/load throughput of the swap layer against raw lz4\n"
+	"  help                  this text\n";
+
+int cli_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("uswap: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 2;
+}
+
+double cli_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+} benches[] = {
+	{ "core", bench_core },
+};
+
+int cmd_bench(int argc, char **argv)
+{
+	if (argc < 2)
+		return cli_usage_error("bench: which one? (core)");
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
+		if (!strcmp(argv[1], benches[i].name))
+			return benches[i].fn(argc - 1, argv + 1);
+	return cli_usage_error("bench: unknown benchmark \"%s\"", argv[1]);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "bench"))
+		return cmd_bench(argc - 1, argv + 1);
+	cli_usage_error("unknown command \"%s\"", argv[1]);
+	fputs(usage, stderr);
+	return 2;
+}

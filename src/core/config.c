@@ -1,0 +1,60 @@
+/*
+ * config.c - the tier string: "name[:args]" items separated by commas, in store order. Strict: an
+ * unknown backend, an empty item or too many tiers is an error naming the part; each backend parses
+ * its own args strictly in its open().
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/layer.h"
+#include "util/err.h"
+
+int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx)
+{
+	const char *s = spec;
+	int ret;
+
+	if (!*s)
+		return err_set(-EINVAL, "empty tier string: name at least one tier (%s)", backend_names());
+	while (*s) {
+		const char *end = strchr(s, ','), *colon;
+		size_t len = end ? (size_t)(end - s) : strlen(s), namelen;
+		const struct uswap_backend_ops *ops;
+		struct backend *b;
+		char args[sizeof(b->spec)];
+		struct backend_env env;
+
+		if (!len)
+			return err_set(-EINVAL, "empty tier in \"%s\" (a stray comma?)", spec);
+		if (u->nr_tiers == USWAP_MAX_TIERS)
+			return err_set(-EINVAL, "too many tiers in \"%s\": at most %u", spec, USWAP_MAX_TIERS);
+		if (len >= sizeof(b->spec))
+			return err_set(-EINVAL, "tier \"%.*s...\" is too long", 32, s);
+		colon = memchr(s, ':', len);
+		namelen = colon ? (size_t)(colon - s) : len;
+		ops = backend_lookup(s, namelen);
+		if (!ops)
+			return err_set(-EINVAL, "unknown tier \"%.*s\" in \"%s\" (known: %s)", (int)namelen, s, spec,
+				       backend_names());
+		b = &u->tier[u->nr_tiers];
+		memset(b, 0, sizeof(*b));
+		b->index = u->nr_tiers;
+		snprintf(b->spec, sizeof(b->spec), "%.*s", (int)len, s);
+		snprintf(args, sizeof(args), "%.*s", colon ? (int)(len - namelen - 1) : 0, colon ? colon + 1 : "");
+		env.nr_ctx = nr_ctx;
+		env.is_last = end == NULL;
+		ret = backend_open(b, ops, args, &env);
+		if (ret) {
+			if (!uswap_errmsg()[0])
+				err_set(ret, "tier \"%s\": cannot open (%s)", b->spec, strerror(-ret));
+			b->ops = NULL;
+			return ret;
+		}
+		u->nr_tiers++;
+		s = end ? end + 1 : s + len;
+		if (end && !*s)
+			return err_set(-EINVAL, "tier string \"%s\" ends with a comma", spec);
+	}
+	return 0;
+}

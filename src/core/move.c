@@ -1,0 +1,264 @@
+/*
+ * move.c - data moving between tiers while the layer is in use: writeback of cold pages to the tier
+ * below, swapoff of a tier, compaction of a pool, and the thread that runs them in the background.
+ * Only descriptors change; swap ids stay. One mover at a time (move_lock); the page being moved is
+ * held by its descriptor lock, so a concurrent load waits and a concurrent free finds it moved.
+ */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/layer.h"
+#include "util/csum.h"
+#include "util/err.h"
+
+/* Writeback starts when a tier with a tier below passes HI of its capacity and stops under LO. */
+#define WB_HI_PCT 95
+#define WB_LO_PCT 85
+#define BG_PERIOD_MS 100
+
+int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool wait)
+{
+	struct swap_desc *d = desc_get(&u->descs, id);
+	struct backend *src = &u->tier[from];
+	uint64_t h, nh = 0;
+	uint32_t m;
+	unsigned t;
+	int ret;
+
+	if (wait)
+		m = desc_lock(d);
+	else if (!desc_trylock(d, &m))
+		return 0;
+	if (!(m & DESC_LIVE) || desc_tier(m) != from) {
+		desc_unlock(d, m);
+		return 0;
+	}
+	h = backend_has(src, BACKEND_INLINE) ? (uint64_t)d->handle << 32 | d->csum : d->handle;
+	ret = backend_load(src, id, &h, 1, u->move_buf);
+	if (ret)
+		goto out_unlock;
+	if (!backend_has(src, BACKEND_INLINE) && csum_buf(u->move_buf, PAGE_SIZE) != d->csum) {
+		atomic_fetch_add(&u->csum_errors, 1);
+		ret = -EBADMSG;
+		goto out_unlock;
+	}
+	ret = -ENOSPC;
+	for (t = first; t < u->nr_tiers; t++) {
+		struct backend *dst = &u->tier[t];
+
+		if (t == from)
+			continue;
+		if (backend_store(dst, u->move_buf, 1, id, &nh) == 1)
+			break;
+	}
+	if (t == u->nr_tiers)
+		goto out_unlock;
+	if (backend_has(src, BACKEND_INLINE))
+		atomic_fetch_sub(&src->nr_pages, 1);
+	else
+		backend_release(src, id, h);
+	if (backend_has(&u->tier[t], BACKEND_INLINE)) {
+		d->csum = (uint32_t)nh;
+		d->handle = (uint32_t)(nh >> 32);
+	} else {
+		if (backend_has(src, BACKEND_INLINE))
+			d->csum = csum_buf(u->move_buf, PAGE_SIZE);
+		d->handle = (uint32_t)nh;
+	}
+	atomic_fetch_add(&src->wb_out, 1);
+	atomic_fetch_add(&u->tier[t].wb_in, 1);
+	m = (m & ~DESC_TIER_MASK) | (uint32_t)t << DESC_TIER_SHIFT;
+	m += 1u << DESC_VERSION_SHIFT; /* wraps within the top 16 bits */
+	ret = 1;
+out_unlock:
+	desc_unlock(d, m);
+	return ret;
+}
+
+ssize_t uswap_writeback(struct uswap *u, unsigned tier, size_t max_pages)
+{
+	struct backend *b;
+	size_t moved = 0;
+	int ret = 0;
+
+	if (tier >= u->nr_tiers || tier + 1 >= u->nr_tiers)
+		return err_set(-EINVAL, "tier %u has no tier below it", tier);
+	b = &u->tier[tier];
+	if (!backend_has(b, BACKEND_LRU))
+		return err_set(-EOPNOTSUPP, "tier \"%s\" keeps no LRU", b->spec);
+	pthread_mutex_lock(&u->move_lock);
+	while (moved < max_pages && ret >= 0) {
+		size_t want = max_pages - moved < MOVE_BATCH ? max_pages - moved : MOVE_BATCH;
+		size_t k = backend_cold(b, u->move_owners, want), progress = 0;
+
+		for (size_t i = 0; i < k && ret >= 0; i++) {
+			ret = move_page(u, u->move_owners[i], tier, tier + 1, false);
+			if (ret > 0)
+				progress++;
+		}
+		moved += progress;
+		if (!progress)
+			break; /* all busy, or nothing below takes them */
+	}
+	pthread_mutex_unlock(&u->move_lock);
+	if (!moved && ret < 0)
+		return err_set(ret, "writeback from tier \"%s\" failed: %s", b->spec, strerror(-ret));
+	return (ssize_t)moved;
+}
+
+int uswap_swapoff(struct uswap *u, unsigned tier)
+{
+	size_t stuck = 0;
+	int last = 0;
+
+	if (tier >= u->nr_tiers)
+		return err_set(-EINVAL, "no tier %u (the stack has %u)", tier, u->nr_tiers);
+	atomic_store(&u->tier[tier].off, true);
+	pthread_mutex_lock(&u->move_lock);
+	/* Cost: one pass over the descriptors in use, plus one move per page the tier holds. */
+	for (uint64_t id = 1; desc_id_valid(&u->descs, id); id++) {
+		uint32_t m = atomic_load_explicit(&desc_get(&u->descs, (uint32_t)id)->meta, memory_order_relaxed);
+		int ret;
+
+		if (!(m & DESC_LIVE) || desc_tier(m) != tier)
+			continue;
+		ret = move_page(u, (uint32_t)id, tier, 0, true);
+		if (ret < 0) {
+			stuck++;
+			last = ret;
+		}
+	}
+	pthread_mutex_unlock(&u->move_lock);
+	if (stuck)
+		return err_set(last == -ENOSPC ? -ENOSPC : -EIO,
+			       "swapoff of tier \"%s\": %zu pages could not move (%s); they stay, intact",
+			       u->tier[tier].spec, stuck, strerror(-last));
+	return 0;
+}
+
+int uswap_swapon(struct uswap *u, unsigned tier)
+{
+	if (tier >= u->nr_tiers)
+		return err_set(-EINVAL, "no tier %u (the stack has %u)", tier, u->nr_tiers);
+	atomic_store(&u->tier[tier].off, false);
+	return 0;
+}
+
+static size_t compact_tier(struct uswap *u, unsigned tier)
+{
+	struct backend *b = &u->tier[tier];
+	size_t k, moved = 0;
+
+	pthread_mutex_lock(&u->move_lock);
+	k = backend_sparse(b, u->move_owners, MOVE_BATCH);
+	for (size_t i = 0; i < k; i++) {
+		struct swap_desc *d = desc_get(&u->descs, u->move_owners[i]);
+		uint64_t nh;
+		uint32_t m;
+
+		if (!desc_trylock(d, &m))
+			continue;
+		if ((m & DESC_LIVE) && desc_tier(m) == tier &&
+		    !backend_relocate(b, u->move_owners[i], d->handle, &nh)) {
+			d->handle = (uint32_t)nh;
+			moved++;
+		}
+		desc_unlock(d, m);
+	}
+	pthread_mutex_unlock(&u->move_lock);
+	return moved;
+}
+
+ssize_t uswap_maintain(struct uswap *u)
+{
+	ssize_t done = 0;
+
+	for (unsigned t = 0; t < u->nr_tiers; t++) {
+		struct backend *b = &u->tier[t];
+		struct uswap_tier_stats st;
+
+		if (backend_has(b, BACKEND_LRU) && t + 1 < u->nr_tiers) {
+			backend_stats(b, &st);
+			if (st.capacity_bytes && st.used_bytes * 100 > st.capacity_bytes * WB_HI_PCT) {
+				while (st.used_bytes * 100 > st.capacity_bytes * WB_LO_PCT) {
+					ssize_t n = uswap_writeback(u, t, MOVE_BATCH);
+
+					if (n <= 0)
+						break;
+					done += n;
+					backend_stats(b, &st);
+				}
+			}
+		}
+		if (backend_has(b, BACKEND_COMPACT)) {
+			size_t n;
+
+			while ((n = compact_tier(u, t)) > 0)
+				done += (ssize_t)n;
+		}
+	}
+	return done;
+}
+
+void move_kick(struct uswap *u)
+{
+	if (!u->bg_running || atomic_exchange(&u->bg_kicked, true))
+		return;
+	pthread_cond_signal(&u->bg_cond);
+}
+
+static void *bg_main(void *arg)
+{
+	struct uswap *u = arg;
+
+	pthread_mutex_lock(&u->bg_lock);
+	while (!u->bg_stop) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += BG_PERIOD_MS * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		if (!atomic_load(&u->bg_kicked))
+			pthread_cond_timedwait(&u->bg_cond, &u->bg_lock, &ts);
+		atomic_store(&u->bg_kicked, false);
+		if (u->bg_stop)
+			break;
+		pthread_mutex_unlock(&u->bg_lock);
+		uswap_maintain(u);
+		pthread_mutex_lock(&u->bg_lock);
+	}
+	pthread_mutex_unlock(&u->bg_lock);
+	return NULL;
+}
+
+int move_start(struct uswap *u)
+{
+	pthread_condattr_t ca;
+	int ret;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_destroy(&u->bg_cond);
+	pthread_cond_init(&u->bg_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	ret = -pthread_create(&u->bg, NULL, bg_main, u);
+	if (!ret)
+		u->bg_running = true;
+	return ret;
+}
+
+void move_stop(struct uswap *u)
+{
+	if (!u->bg_running)
+		return;
+	pthread_mutex_lock(&u->bg_lock);
+	u->bg_stop = true;
+	pthread_cond_signal(&u->bg_cond);
+	pthread_mutex_unlock(&u->bg_lock);
+	pthread_join(u->bg, NULL);
+	u->bg_running = false;
+}

@@ -1,0 +1,390 @@
+/*
+ * swap.c - the public swap-layer calls: create, store, load, free, stats.
+ *
+ * A store walks the folio in runs of pages of one kind (same-filled or not, known from the checksum
+ * pass) and offers each run to the tiers in order; a tier takes a prefix, refuses, or fails, and the
+ * rest goes on. Descriptors are locked one by one (ascending ids) while they are written or read, so
+ * a mover (writeback, swapoff, compaction) never sees half a descriptor.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/layer.h"
+#include "util/alloc.h"
+#include "util/csum.h"
+#include "util/err.h"
+
+#define DEFAULT_MAX_PAGES (1ull << 28)
+
+static void layer_close_tiers(struct uswap *u)
+{
+	for (unsigned t = 0; t < u->nr_tiers; t++)
+		backend_close(&u->tier[t]);
+	u->nr_tiers = 0;
+}
+
+int uswap_create_opts(struct uswap **out, const struct uswap_options *opts)
+{
+	struct uswap *u;
+	const char *spec = opts && opts->tiers && *opts->tiers ? opts->tiers : USWAP_DEFAULT_TIERS;
+	uint64_t max_pages = opts && opts->max_pages ? opts->max_pages : DEFAULT_MAX_PAGES;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned nr_ctx = opts && opts->nr_ctx ? opts->nr_ctx : (unsigned)(ncpu > 0 ? 2 * ncpu : 2);
+	int ret;
+
+	err_clear();
+	u = ualloc_zero(sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	pthread_mutex_init(&u->move_lock, NULL);
+	pthread_mutex_init(&u->bg_lock, NULL);
+	pthread_cond_init(&u->bg_cond, NULL);
+	ret = desc_table_init(&u->descs, max_pages);
+	if (ret) {
+		err_set(ret, "cannot reserve descriptors for %llu pages", (unsigned long long)max_pages);
+		goto out_free;
+	}
+	u->move_buf = ualloc_aligned(4096, PAGE_SIZE);
+	u->move_owners = ualloc(MOVE_BATCH * sizeof(uint32_t));
+	ret = -ENOMEM;
+	if (!u->move_buf || !u->move_owners)
+		goto out_free;
+	ret = config_open_tiers(u, spec, nr_ctx);
+	if (ret)
+		goto out_free;
+	if (!(opts && opts->no_background)) {
+		ret = move_start(u);
+		if (ret) {
+			err_set(ret, "cannot start the maintenance thread");
+			goto out_free;
+		}
+	}
+	*out = u;
+	return 0;
+
+out_free:
+	layer_close_tiers(u);
+	desc_table_destroy(&u->descs);
+	ufree(u->move_buf);
+	ufree(u->move_owners);
+	ufree(u);
+	return ret;
+}
+
+int uswap_create(struct uswap **out, const char *spec)
+{
+	struct uswap_options o = { .tiers = spec };
+
+	return uswap_create_opts(out, &o);
+}
+
+void uswap_destroy(struct uswap *u)
+{
+	if (!u)
+		return;
+	move_stop(u);
+	/* Release what is still stored, so backends with outside state (files, servers) are left clean. */
+	for (uint64_t id = 1; desc_id_valid(&u->descs, id); id++) {
+		uint32_t m = atomic_load(&desc_get(&u->descs, (uint32_t)id)->meta);
+
+		if (m & DESC_HEAD)
+			uswap_free(u, id);
+	}
+	layer_close_tiers(u);
+	desc_table_destroy(&u->descs);
+	pthread_mutex_destroy(&u->move_lock);
+	pthread_mutex_destroy(&u->bg_lock);
+	pthread_cond_destroy(&u->bg_cond);
+	ufree(u->move_buf);
+	ufree(u->move_owners);
+	ufree(u);
+}
+
+static inline uint64_t desc_handle(const struct swap_desc *d, bool inline_tier)
+{
+	return inline_tier ? (uint64_t)d->handle << 32 | d->csum : d->handle;
+}
+
+static inline void desc_set_handle(struct swap_desc *d, bool inline_tier, uint64_t h, uint32_t csum)
+{
+	if (inline_tier) {
+		d->csum = (uint32_t)h;
+		d->handle = (uint32_t)(h >> 32);
+	} else {
+		assert(h <= UINT32_MAX);
+		d->csum = csum;
+		d->handle = (uint32_t)h;
+	}
+}
+
+/* Meta of a live page of tier @t; keeps the version (bumped) and the folio head fields. */
+static inline uint32_t meta_live(uint32_t old, unsigned t)
+{
+	uint32_t keep = old & (DESC_HEAD | DESC_NPAGES_MASK);
+	uint32_t version = (uint32_t)(desc_version(old) + 1) << DESC_VERSION_SHIFT;
+
+	return keep | version | DESC_LIVE | (uint32_t)t << DESC_TIER_SHIFT;
+}
+
+/* Release pages [0, n) of a store that cannot complete. */
+static void store_undo(struct uswap *u, uint32_t id, size_t n, const uint8_t *tiers, const uint64_t *handles)
+{
+	for (size_t j = 0; j < n; j++)
+		if (!backend_has(&u->tier[tiers[j]], BACKEND_INLINE))
+			backend_release(&u->tier[tiers[j]], id + (uint32_t)j, handles[j]);
+		else
+			atomic_fetch_sub(&u->tier[tiers[j]].nr_pages, 1);
+}
+
+int uswap_store(struct uswap *u, const void *src, size_t npages, uswap_id_t *idp)
+{
+	const unsigned char *s = src;
+	uint64_t handles[USWAP_FOLIO_MAX_PAGES];
+	uint32_t csums[USWAP_FOLIO_MAX_PAGES];
+	uint8_t tiers[USWAP_FOLIO_MAX_PAGES];
+	bool same[USWAP_FOLIO_MAX_PAGES];
+	uint32_t id;
+	size_t i = 0;
+	int err = -ENOSPC;
+
+	if (npages < 1 || npages > USWAP_FOLIO_MAX_PAGES)
+		return err_set(-EINVAL, "a folio is 1..%u pages, not %zu", USWAP_FOLIO_MAX_PAGES, npages);
+	id = desc_alloc(&u->descs, (unsigned)npages);
+	if (!id) {
+		atomic_fetch_add(&u->store_failures, 1);
+		return err_set(-ENOMEM, "no swap descriptors left (slab full)");
+	}
+	for (size_t j = 0; j < npages; j++) {
+		uint64_t word;
+
+		csums[j] = csum_page(s + j * PAGE_SIZE, PAGE_SIZE, &same[j], &word);
+	}
+	while (i < npages) {
+		size_t run = 1;
+		unsigned t;
+
+		while (i + run < npages && same[i + run] == same[i])
+			run++;
+		for (t = 0; t < u->nr_tiers; t++) {
+			struct backend *b = &u->tier[t];
+			ssize_t n;
+
+			if (backend_has(b, BACKEND_INLINE) && !same[i])
+				continue;
+			n = backend_store(b, s + i * PAGE_SIZE, run, id + (uint32_t)i, handles + i);
+			if (n > 0) {
+				memset(tiers + i, (int)t, (size_t)n);
+				i += (size_t)n;
+				break;
+			}
+			if (n < 0 && n != -ENOSPC)
+				err = (int)n;
+			if (backend_has(b, BACKEND_LRU) && t + 1 < u->nr_tiers)
+				move_kick(u); /* a full pool wants writeback */
+		}
+		if (t == u->nr_tiers)
+			goto out_undo;
+	}
+	for (size_t j = 0; j < npages; j++) {
+		struct swap_desc *d = desc_get(&u->descs, id + (uint32_t)j);
+		uint32_t m = desc_lock(d);
+
+		m &= ~(DESC_HEAD | DESC_NPAGES_MASK);
+		if (!j)
+			m |= DESC_HEAD | (uint32_t)(npages - 1) << DESC_NPAGES_SHIFT;
+		desc_set_handle(d, backend_has(&u->tier[tiers[j]], BACKEND_INLINE), handles[j], csums[j]);
+		desc_unlock(d, meta_live(m, tiers[j]));
+	}
+	atomic_fetch_add(&u->stores, 1);
+	atomic_fetch_add(&u->folios, 1);
+	*idp = id;
+	return 0;
+
+out_undo:
+	store_undo(u, id, i, tiers, handles);
+	desc_free(&u->descs, id, (unsigned)npages);
+	atomic_fetch_add(&u->store_failures, 1);
+	return err_set(err, "no tier took page %zu of the folio (%s)", i,
+		       err == -ENOSPC ? "full or incompressible everywhere" : "tier error");
+}
+
+/* The head descriptor's meta of folio @id, or 0 when @id is not a folio. */
+static uint32_t folio_meta(struct uswap *u, uswap_id_t id)
+{
+	uint32_t m;
+
+	if (!desc_id_valid(&u->descs, id))
+		return 0;
+	m = atomic_load_explicit(&desc_get(&u->descs, (uint32_t)id)->meta, memory_order_acquire);
+	return m & DESC_HEAD ? m : 0;
+}
+
+ssize_t uswap_folio_pages(struct uswap *u, uswap_id_t id)
+{
+	uint32_t m = folio_meta(u, id);
+
+	return m ? (ssize_t)desc_npages(m) : -ENOENT;
+}
+
+static int check_range(struct uswap *u, uswap_id_t id, size_t first, size_t n)
+{
+	uint32_t m = folio_meta(u, id);
+
+	if (!m)
+		return err_set(-ENOENT, "swap id %llu is not live", (unsigned long long)id);
+	if (n < 1 || first >= desc_npages(m) || n > desc_npages(m) - first)
+		return err_set(-EINVAL, "pages [%zu, +%zu) are not inside folio %llu of %u pages", first, n,
+			       (unsigned long long)id, desc_npages(m));
+	return 0;
+}
+
+int uswap_load_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n, void *dst)
+{
+	uint32_t metas[USWAP_FOLIO_MAX_PAGES];
+	uint64_t handles[USWAP_FOLIO_MAX_PAGES];
+	unsigned char *out = dst;
+	uint32_t base = (uint32_t)id + (uint32_t)first;
+	size_t locked = 0, i;
+	int ret = check_range(u, id, first, n);
+
+	if (ret)
+		return ret;
+	for (; locked < n; locked++) {
+		struct swap_desc *d = desc_get(&u->descs, base + (uint32_t)locked);
+
+		metas[locked] = desc_lock(d);
+		if (!(metas[locked] & DESC_LIVE)) {
+			locked++;
+			ret = err_set(-ENOENT, "page %zu of swap id %llu was freed", first + locked - 1,
+				      (unsigned long long)id);
+			goto out_unlock;
+		}
+		handles[locked] = desc_handle(d, backend_has(&u->tier[desc_tier(metas[locked])], BACKEND_INLINE));
+	}
+	for (i = 0; i < n;) {
+		unsigned t = desc_tier(metas[i]);
+		struct backend *b = &u->tier[t];
+		size_t run = 1;
+
+		while (i + run < n && desc_tier(metas[i + run]) == t)
+			run++;
+		ret = backend_load(b, base + (uint32_t)i, handles + i, run, out + i * PAGE_SIZE);
+		if (ret) {
+			atomic_fetch_add(&u->io_errors, 1);
+			ret = err_set(-EIO, "tier \"%s\" failed to read page %zu of swap id %llu", b->spec,
+				      first + i, (unsigned long long)id);
+			goto out_unlock;
+		}
+		if (!backend_has(b, BACKEND_INLINE)) {
+			for (size_t j = i; j < i + run; j++) {
+				if (csum_buf(out + j * PAGE_SIZE, PAGE_SIZE) != desc_get(&u->descs, base + (uint32_t)j)->csum) {
+					atomic_fetch_add(&u->csum_errors, 1);
+					ret = err_set(-EBADMSG, "page %zu of swap id %llu does not match its checksum (tier \"%s\")",
+						      first + j, (unsigned long long)id, b->spec);
+					goto out_unlock;
+				}
+			}
+		}
+		i += run;
+	}
+	atomic_fetch_add(&u->loads, 1);
+out_unlock:
+	for (size_t j = 0; j < locked; j++)
+		desc_unlock(desc_get(&u->descs, base + (uint32_t)j), metas[j]);
+	return ret;
+}
+
+int uswap_load(struct uswap *u, uswap_id_t id, void *dst, size_t npages)
+{
+	uint32_t m = folio_meta(u, id);
+
+	if (!m)
+		return err_set(-ENOENT, "swap id %llu is not live", (unsigned long long)id);
+	if (npages != desc_npages(m))
+		return err_set(-EINVAL, "folio %llu has %u pages, not %zu", (unsigned long long)id, desc_npages(m),
+			       npages);
+	return uswap_load_pages(u, id, 0, npages, dst);
+}
+
+int uswap_free_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n)
+{
+	struct swap_desc *head;
+	uint32_t m, npages;
+	int ret = check_range(u, id, first, n);
+
+	if (ret)
+		return ret;
+	for (size_t j = first; j < first + n; j++) {
+		struct swap_desc *d = desc_get(&u->descs, (uint32_t)(id + j));
+		struct backend *b;
+
+		m = desc_lock(d);
+		if (!(m & DESC_LIVE)) {
+			desc_unlock(d, m);
+			continue;
+		}
+		b = &u->tier[desc_tier(m)];
+		if (backend_has(b, BACKEND_INLINE))
+			atomic_fetch_sub(&b->nr_pages, 1);
+		else
+			backend_release(b, (uint32_t)(id + j), d->handle);
+		desc_unlock(d, m & ~DESC_LIVE);
+	}
+	/* The folio ends with its last live page; whoever clears DESC_HEAD returns the run. */
+	head = desc_get(&u->descs, (uint32_t)id);
+	m = desc_lock(head);
+	npages = desc_npages(m);
+	if (!(m & DESC_HEAD)) {
+		desc_unlock(head, m);
+		return 0;
+	}
+	for (uint32_t j = 0; j < npages; j++) {
+		if (atomic_load(&desc_get(&u->descs, (uint32_t)id + j)->meta) & DESC_LIVE && j) {
+			desc_unlock(head, m);
+			return 0;
+		}
+	}
+	if (m & DESC_LIVE) {
+		desc_unlock(head, m);
+		return 0;
+	}
+	desc_unlock(head, m & ~(DESC_HEAD | DESC_NPAGES_MASK));
+	desc_free(&u->descs, (uint32_t)id, npages);
+	atomic_fetch_add(&u->frees, 1);
+	atomic_fetch_sub(&u->folios, 1);
+	return 0;
+}
+
+int uswap_free(struct uswap *u, uswap_id_t id)
+{
+	ssize_t n = uswap_folio_pages(u, id);
+
+	if (n < 0)
+		return err_set((int)n, "swap id %llu is not live", (unsigned long long)id);
+	return uswap_free_pages(u, id, 0, (size_t)n);
+}
+
+int uswap_stats(struct uswap *u, struct uswap_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->folios = atomic_load(&u->folios);
+	st->stores = atomic_load(&u->stores);
+	st->loads = atomic_load(&u->loads);
+	st->frees = atomic_load(&u->frees);
+	st->store_failures = atomic_load(&u->store_failures);
+	st->csum_errors = atomic_load(&u->csum_errors);
+	st->io_errors = atomic_load(&u->io_errors);
+	pthread_mutex_lock(&u->descs.lock);
+	st->desc_bytes = desc_table_bytes(&u->descs);
+	pthread_mutex_unlock(&u->descs.lock);
+	st->meta_bytes = st->desc_bytes;
+	st->nr_tiers = u->nr_tiers;
+	for (unsigned t = 0; t < u->nr_tiers; t++) {
+		backend_stats(&u->tier[t], &st->tier[t]);
+		st->pages += st->tier[t].pages;
+		st->meta_bytes += st->tier[t].meta_bytes;
+	}
+	return 0;
+}

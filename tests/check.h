@@ -1,0 +1,81 @@
+/*
+ * check.h - the tests' assertions: CHECK_* prints "file:line: expected X, got Y" and the test goes on;
+ * a binary exits 1 if any check failed, 77 if it skipped (a missing facility, never a failed one).
+ */
+#ifndef USWAP_CHECK_H
+#define USWAP_CHECK_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int check_failures;
+extern const char *check_test;
+
+#define CHECK(cond)                                                                                     \
+	do {                                                                                            \
+		if (!(cond)) {                                                                          \
+			fprintf(stderr, "%s:%d: [%s] check failed: %s\n", __FILE__, __LINE__, check_test, #cond); \
+			check_failures++;                                                               \
+		}                                                                                       \
+	} while (0)
+
+#define CHECK_EQ(a, b)                                                                                  \
+	do {                                                                                            \
+		long long va_ = (long long)(a), vb_ = (long long)(b);                                   \
+		if (va_ != vb_) {                                                                       \
+			fprintf(stderr, "%s:%d: [%s] %s: expected %lld, got %lld\n", __FILE__, __LINE__,   \
+				check_test, #a, vb_, va_);                                              \
+			check_failures++;                                                               \
+		}                                                                                       \
+	} while (0)
+
+#define CHECK_MEM(a, b, len)                                                                            \
+	do {                                                                                            \
+		size_t off_ = check_memdiff((a), (b), (len));                                          \
+		if (off_ != (size_t)-1) {                                                               \
+			fprintf(stderr, "%s:%d: [%s] %s and %s differ at byte %zu of %zu\n", __FILE__,      \
+				__LINE__, check_test, #a, #b, off_, (size_t)(len));                     \
+			check_failures++;                                                               \
+		}                                                                                       \
+	} while (0)
+
+static inline size_t check_memdiff(const void *a, const void *b, size_t len)
+{
+	const unsigned char *x = a, *y = b;
+
+	if (!memcmp(a, b, len))
+		return (size_t)-1;
+	for (size_t i = 0; i < len; i++)
+		if (x[i] != y[i])
+			return i;
+	return (size_t)-1;
+}
+
+struct test {
+	const char *name;
+	void (*fn)(void);
+};
+
+/* Runs the tests named on the command line (all when none), prints one line each. Return: exit code. */
+int check_run(const struct test *tests, size_t n, int argc, char **argv);
+#define CHECK_MAIN(...)                                                                                 \
+	int main(int argc, char **argv)                                                                 \
+	{                                                                                               \
+		static const struct test tests_[] = { __VA_ARGS__ };                                    \
+		return check_run(tests_, sizeof(tests_) / sizeof(tests_[0]), argc, argv);               \
+	}
+#define T(fn) { #fn, fn }
+
+/* Skip the whole binary (exit 77) with a reason. */
+_Noreturn void check_skip(const char *why);
+
+/* ---- page data of every kind, reproducible from a seed ---- */
+enum page_kind { PK_ZERO, PK_SAME, PK_TEXT, PK_RANDOM, PK_MIXED };
+uint64_t seed_for(uint64_t x);
+void fill_page(void *p, enum page_kind kind, uint64_t seed);
+void fill_pages(void *p, size_t npages, enum page_kind kind, uint64_t seed);
+extern uint64_t check_seed; /* base seed, printed at start; USWAP_TEST_SEED overrides */
+
+#endif
