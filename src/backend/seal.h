@@ -1,0 +1,42 @@
+/*
+ * seal.h - authenticated encryption of pages before they leave the process (remote tier, file tier).
+ *
+ * XChaCha20-Poly1305 (libsodium). One random key per sealer, kept only in this process's memory.
+ * A sealed page is nonce || ciphertext || tag; the associated data binds it to (owner, handle), so a
+ * replayed old value or another page's value fails to open. Nonces are a random 16-byte prefix chosen
+ * with the key plus a 64-bit counter: they never repeat under one key.
+ */
+#ifndef USWAP_SEAL_H
+#define USWAP_SEAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SEAL_NONCE_BYTES 24
+#define SEAL_TAG_BYTES 16
+#define SEAL_OVERHEAD (SEAL_NONCE_BYTES + SEAL_TAG_BYTES)
+
+struct sealer {
+	unsigned char key[32];
+	unsigned char prefix[16]; /* nonce bytes 0..15; bytes 16..23 are the counter */
+	_Atomic uint64_t counter;
+};
+
+/* Context: may block once for libsodium's initialisation. Return: 0; -EIO if no randomness. */
+int seal_init(struct sealer *s);
+/* Wipes the key. */
+void seal_destroy(struct sealer *s);
+/*
+ * Context: any thread, no allocation. Seal @len bytes at @src into @dst (@len + SEAL_OVERHEAD bytes).
+ * Return: 0; -EOVERFLOW if the nonce counter is exhausted.
+ */
+int seal_page(struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t len, void *dst);
+/*
+ * Context: any thread, no allocation. Open @sealed_len bytes at @src into @dst (@sealed_len -
+ * SEAL_OVERHEAD bytes). Return: 0; -EIO if forged, corrupt, or sealed for another (owner, handle).
+ */
+int seal_open(const struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t sealed_len,
+	      void *dst);
+
+#endif
