@@ -60,4 +60,32 @@ static void test_file_bad_spec(void)
 	CHECK_EQ(uswap_create(&u, "file:size=xyz"), -EINVAL);
 }
 
-CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec))
+/* Pool -> file writeback, then swapoff of the file tier back into the pool: data intact throughout. */
+static void test_file_writeback_and_swapoff(void)
+{
+	enum { N = 64 };
+	struct uswap *u;
+	uswap_id_t ids[N];
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
+
+	CHECK_EQ(uswap_create(&u, "zpool:lz4:max=64M,file:size=64M"), 0);
+	for (int i = 0; i < N; i++) {
+		memset(a, 'a' + i % 26, USWAP_PAGE_SIZE);
+		fill(a, 512, (unsigned)i); /* compressible but not same-filled */
+		CHECK_EQ(uswap_store(u, a, 1, &ids[i]), 0);
+	}
+	CHECK(uswap_writeback(u, 0, N / 2) > 0);
+	CHECK_EQ(uswap_swapoff(u, 1), 0);
+	for (int i = 0; i < N; i++) {
+		memset(a, 'a' + i % 26, USWAP_PAGE_SIZE);
+		fill(a, 512, (unsigned)i);
+		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
+		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
+	}
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
+CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
+	   T(test_file_writeback_and_swapoff))
