@@ -1,5 +1,9 @@
 /* test_file.c - round trips through the swap-file tier, alone and below the compressed pool. */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,5 +91,38 @@ static void test_file_writeback_and_swapoff(void)
 	free(b);
 }
 
+/* A named file is created 0600; bytes changed behind the layer's back make the load fail. */
+static void test_file_named_mode_and_corruption(void)
+{
+	char path[] = "/var/tmp/uswap-test-XXXXXX", spec[64];
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
+	struct uswap *u;
+	struct stat st;
+	uswap_id_t id;
+	int fd;
+
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	unlink(path);
+	snprintf(spec, sizeof(spec), "file:%s:size=1M", path);
+	CHECK_EQ(uswap_create(&u, spec), 0);
+	CHECK_EQ(stat(path, &st), 0);
+	CHECK_EQ(st.st_mode & 0777, 0600);
+	fill(a, USWAP_PAGE_SIZE, 99);
+	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
+	fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	memset(b, 0x5a, USWAP_PAGE_SIZE);
+	CHECK_EQ(pwrite(fd, b, USWAP_PAGE_SIZE, 0), USWAP_PAGE_SIZE); /* slot 0: the first store */
+	close(fd);
+	CHECK_EQ(uswap_load(u, id, b, 1), -EBADMSG);
+	uswap_destroy(u);
+	unlink(path);
+	free(a);
+	free(b);
+}
+
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
-	   T(test_file_writeback_and_swapoff))
+	   T(test_file_writeback_and_swapoff),
+	   T(test_file_named_mode_and_corruption))
