@@ -1,5 +1,6 @@
 /* test_file.c - round trips through the swap-file tier, alone and below the compressed pool. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -123,6 +124,55 @@ static void test_file_named_mode_and_corruption(void)
 	free(b);
 }
 
+struct mt_arg {
+	struct uswap *u;
+	unsigned seed;
+	int bad;
+};
+
+static void *mt_worker(void *p)
+{
+	struct mt_arg *m = p;
+	unsigned char a[4 * USWAP_PAGE_SIZE], b[4 * USWAP_PAGE_SIZE];
+
+	for (unsigned i = 0; i < 300; i++) {
+		uswap_id_t id;
+		size_t n = 1 + i % 4;
+
+		fill(a, n * USWAP_PAGE_SIZE, m->seed + i);
+		if (uswap_store(m->u, a, n, &id)) {
+			m->bad++;
+			continue;
+		}
+		if (i % 8 == 0)
+			uswap_writeback(m->u, 0, 16);
+		if (uswap_load(m->u, id, b, n) || memcmp(a, b, n * USWAP_PAGE_SIZE))
+			m->bad++;
+		uswap_free(m->u, id);
+	}
+	return NULL;
+}
+
+/* Two threads store, write back and load through pool + file at once. */
+static void test_file_threads(void)
+{
+	struct mt_arg m[2];
+	pthread_t t[2];
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create(&u, "zpool:lz4:max=64M,file:size=64M"), 0);
+	for (int i = 0; i < 2; i++) {
+		m[i] = (struct mt_arg){ u, 1000u * (unsigned)(i + 1), 0 };
+		CHECK_EQ(pthread_create(&t[i], NULL, mt_worker, &m[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ(m[i].bad, 0);
+	}
+	uswap_destroy(u);
+}
+
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
 	   T(test_file_writeback_and_swapoff),
-	   T(test_file_named_mode_and_corruption))
+	   T(test_file_named_mode_and_corruption),
+	   T(test_file_threads))
