@@ -109,5 +109,6 @@ bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, si
 extern const struct uswap_backend_ops same_backend_ops;
 extern const struct uswap_backend_ops zpool_backend_ops;
 extern const struct uswap_backend_ops file_backend_ops;
+extern const struct uswap_backend_ops redis_backend_ops;
 
 #endif
