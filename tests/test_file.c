@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "uswap.h"
+#include "core/testhook.h"
 
 static void fill(unsigned char *p, size_t len, unsigned seed)
 {
@@ -172,7 +173,30 @@ static void test_file_threads(void)
 	uswap_destroy(u);
 }
 
+/* EIO on a file store: the page is refused and stays with the caller; EIO on load is reported. */
+static void test_file_injected_eio(void)
+{
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
+	struct uswap *u;
+	uswap_id_t id;
+
+	fill(a, USWAP_PAGE_SIZE, 5);
+	CHECK_EQ(uswap_create(&u, "file:size=1M"), 0);
+	backend_inject(testhook_tier(u, 0), true, 1, -EIO, false);
+	CHECK(uswap_store(u, a, 1, &id) < 0);
+	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
+	backend_inject(testhook_tier(u, 0), false, 1, -EIO, false);
+	CHECK_EQ(uswap_load(u, id, b, 1), -EIO);
+	CHECK(strstr(uswap_errmsg(), "swap id") != NULL); /* reported with the swap id */
+	CHECK_EQ(uswap_load(u, id, b, 1), 0);
+	CHECK_MEM(a, b, USWAP_PAGE_SIZE);
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
 	   T(test_file_writeback_and_swapoff),
 	   T(test_file_named_mode_and_corruption),
-	   T(test_file_threads))
+	   T(test_file_threads),
+	   T(test_file_injected_eio))
