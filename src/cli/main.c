@@ -12,6 +12,7 @@
 static const char usage[] =
 	"usage: uswap COMMAND [ARGS]\n"
 	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES] [--threads N]\n"
+	"  bench remote [--json] [--server HOST:PORT]\n"
 	"                        store/load throughput of the swap layer against raw lz4\n"
 	"  help                  this text\n";
 
@@ -40,6 +41,7 @@ static const struct {
 	int (*fn)(int argc, char **argv);
 } benches[] = {
 	{ "core", bench_core },
+	{ "remote", bench_remote },
 };
 
 int cmd_bench(int argc, char **argv)
