@@ -145,6 +145,23 @@ static void *redis_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * Context: fault path, caller holds batch_lock, so the I/O thread is idle. Loads may allocate, so they
+ * run the batch on the caller's thread: a hand-off would cost two cross-CPU wake-ups per fault.
+ */
+static int redis_run_inline(struct redis_tier *rt, size_t n)
+{
+	int ret;
+
+	pthread_mutex_lock(&rt->lock);
+	rt->op = OP_GET;
+	rt->n = n;
+	ret = redis_run(rt);
+	rt->op = OP_NONE;
+	pthread_mutex_unlock(&rt->lock);
+	return ret;
+}
+
 /* Context: caller holds batch_lock. Hands the batch to the I/O thread and waits for its result. */
 static int redis_submit(struct redis_tier *rt, enum redis_op op, size_t n)
 {
@@ -195,9 +212,9 @@ static int redis_load(struct backend *b, uint32_t owner, const uint64_t *handles
 
 		for (size_t i = 0; i < n; i++)
 			rt->keys[i] = (uint32_t)handles[done + i];
-		ret = redis_submit(rt, OP_GET, n);
+		ret = redis_run_inline(rt, n);
 		if (ret) /* one retry after a reconnect; then the fault path gets -EIO */
-			ret = redis_submit(rt, OP_GET, n);
+			ret = redis_run_inline(rt, n);
 		for (size_t i = 0; i < n && !ret; i++)
 			ret = seal_open(&rt->seal, owner + (uint32_t)(done + i), rt->keys[i],
 					rt->sealed + i * SEALED_SIZE, SEALED_SIZE,
