@@ -21,7 +21,7 @@ LIBS := $(PKG_LIBS) -pthread -lm -ldl
 ifneq ($(SAN),)
 CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDSAN := -fsanitize=$(SAN)
-BUILD := build-$(subst $(comma),-,$(SAN))
+override BUILD := $(BUILD)-$(subst $(comma),-,$(SAN))
 endif
 ifneq ($(DEBUG),)
 CFLAGS_BASE += -DUSWAP_DEBUG=$(DEBUG)
