@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# runtests.sh - run each test binary under a timeout; exit 77 counts as skipped.
-# Usage: tools/runtests.sh BIN... (make check passes every tests/test_* binary of the build).
-# Ends with "N passed, N failed" (and skips, when any); exit status 1 if any failed.
+# runtests.sh - run each test binary under a timeout and count its tests: a binary prints "ok   NAME" or
+# "FAIL NAME" per test (tests/check.c); exit 77 skips the binary; a crash or a timeout counts as one more
+# failure of that binary. Usage: tools/runtests.sh BIN... (make check passes every tests/test_* binary).
+# Ends with "N passed, N failed"; exit status 1 if any failed.
 set -u
 timeout_s=${USWAP_TEST_TIMEOUT:-600}
 passed=0 failed=0 skipped=0
@@ -13,18 +14,31 @@ for bin in "$@"; do
 	timeout -k 10 "$timeout_s" "$bin" >"$log" 2>&1
 	rc=$?
 	secs=$(printf '%.1f' "$(echo "$(date +%s.%N) - $start" | bc)")
-	case $rc in
-	0) passed=$((passed + 1)); echo "PASS $name (${secs}s)" ;;
-	77) skipped=$((skipped + 1)); echo "SKIP $name: $(grep -m1 '^SKIP' "$log" | cut -c7-)" ;;
-	*)
-		failed=$((failed + 1)); failed_names+=("$name")
-		[ $rc = 124 ] && echo "FAIL $name: timed out after ${timeout_s}s" || echo "FAIL $name (exit $rc)"
+	ok=$(grep -c '^ok  ' "$log")
+	bad=$(grep -c '^FAIL ' "$log")
+	if [ $rc = 77 ]; then
+		skipped=$((skipped + 1))
+		echo "SKIP $name: $(grep -m1 '^SKIP' "$log" | cut -c7-)"
+	elif [ $rc = 0 ] && [ "$bad" = 0 ]; then
+		passed=$((passed + ok))
+		echo "PASS $name: $ok tests (${secs}s)"
+	else
+		passed=$((passed + ok))
+		failed=$((failed + bad))
+		if [ "$bad" = 0 ]; then
+			failed=$((failed + 1)) # died without reporting a failed test
+		fi
+		failed_names+=("$name")
+		if [ $rc = 124 ] || [ $rc = 137 ]; then
+			echo "FAIL $name: timed out after ${timeout_s}s ($ok ok, $bad failed before)"
+		else
+			echo "FAIL $name: exit $rc, $ok ok, $bad failed (${secs}s)"
+		fi
 		sed 's/^/    /' "$log" | tail -n 60
-		;;
-	esac
+	fi
 	rm -f "$log"
 done
-[ $skipped -gt 0 ] && echo "$skipped skipped"
-[ $failed -gt 0 ] && echo "failed: ${failed_names[*]}"
+[ $skipped -gt 0 ] && echo "$skipped binaries skipped"
+[ $failed -gt 0 ] && echo "failed in: ${failed_names[*]}"
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

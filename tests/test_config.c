@@ -1,0 +1,147 @@
+/*
+ * test_config.c - tier strings and sizes: good ones build a working layer, bad ones are refused with a
+ * message that names the bad part.
+ */
+#include <errno.h>
+
+#include "check.h"
+#include "uswap.h"
+
+static void good_strings_work(void)
+{
+	static const char *good[] = {
+		"same",
+		"zpool",
+		"same,zpool:lz4:max=256M",
+		"same,zpool:zstd:level=3:max=25%:reject=90%",
+		"zpool:zstd=7",
+		"same,zpool:lz4:max=64K,zpool:zstd",
+		"same,zpool:lz4:reject=100%,file:size=64M",
+		USWAP_DEFAULT_TIERS,
+	};
+	unsigned char *page = aligned_alloc(4096, 4096), *back = aligned_alloc(4096, 4096);
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		struct uswap *u = NULL;
+		uswap_id_t id;
+		int ret = uswap_create(&u, good[i]);
+
+		if (ret) {
+			fprintf(stderr, "\"%s\": %d %s\n", good[i], ret, uswap_errmsg());
+			CHECK_EQ(ret, 0);
+			continue;
+		}
+		fill_page(page, PK_SAME, seed_for(i)); /* every stack above can hold a same-filled or text page */
+		if (!strncmp(good[i], "zpool", 5))
+			fill_page(page, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
+		CHECK_EQ(uswap_load(u, id, back, 1), 0);
+		CHECK_MEM(back, page, 4096);
+		uswap_destroy(u);
+	}
+	/* NULL and "" mean the default stack */
+	struct uswap *u = NULL;
+	CHECK_EQ(uswap_create(&u, NULL), 0);
+	if (u) {
+		struct uswap_stats st;
+		uswap_stats(u, &st);
+		CHECK_EQ(st.nr_tiers, 2);
+		CHECK(!strcmp(st.tier[0].name, "same"));
+		CHECK(!strcmp(st.tier[1].name, "zpool"));
+		uswap_destroy(u);
+	}
+	free(page);
+	free(back);
+}
+
+struct bad {
+	const char *spec;
+	const char *names; /* a part of the message: the bad piece */
+};
+
+static void bad_strings_are_refused(void)
+{
+	static const struct bad bad[] = {
+		{ "bogus", "\"bogus\"" },
+		{ "same,bogus:x", "\"bogus\"" },
+		{ "same,", "comma" },
+		{ ",same", "empty tier" },
+		{ "same,,zpool", "empty tier" },
+		{ "zpool:lz5", "\"lz5\"" },
+		{ "zpool:max=abc", "\"abc\"" },
+		{ "zpool:max=1K", "\"1K\"" },
+		{ "zpool:max=", "max" },
+		{ "zpool:max=12Q", "\"12Q\"" },
+		{ "zpool:zstd=25", "\"25\"" },
+		{ "zpool:zstd:level=0", "\"0\"" },
+		{ "zpool:level=3", "level" },
+		{ "zpool:reject=5%", "\"5%\"" },
+		{ "zpool:reject=90", "\"90\"" },
+		{ "zpool:lz4:colour=blue", "\"colour\"" },
+		{ "same:foo", "foo" },
+		{ "file:size=banana", "banana" },
+		{ "file:/proc/no/such/dir/x.swap", "/proc/no/such/dir/x.swap" },
+		{ "same,same,same,same,same,same,same,same", "at most" },
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct uswap *u = NULL;
+		int ret = uswap_create(&u, bad[i].spec);
+
+		if (ret == 0) {
+			fprintf(stderr, "\"%s\" was accepted\n", bad[i].spec);
+			uswap_destroy(u);
+		}
+		CHECK(ret == -EINVAL || ret == -ENOENT || ret == -EACCES);
+		CHECK(u == NULL);
+		if (!strstr(uswap_errmsg(), bad[i].names)) {
+			fprintf(stderr, "\"%s\": message \"%s\" does not name \"%s\"\n", bad[i].spec, uswap_errmsg(),
+				bad[i].names);
+			CHECK(strstr(uswap_errmsg(), bad[i].names));
+		}
+	}
+	/* empty is not an error (default stack), but bad options are */
+	struct uswap_options o = { .tiers = "zpool", .max_pages = 1 };
+	struct uswap *u = NULL;
+	int ret = uswap_create_opts(&u, &o);
+	if (!ret)
+		uswap_destroy(u);
+	CHECK(ret == 0 || ret == -EINVAL);
+}
+
+static void sizes(void)
+{
+	static const struct {
+		const char *s;
+		uint64_t bytes;
+	} good[] = {
+		{ "4096", 4096 }, { "64K", 65536 }, { "64k", 65536 }, { "256M", 256ull << 20 },
+		{ "8G", 8ull << 30 }, { "1T", 1ull << 40 }, { "0", 0 },
+	};
+	static const char *bad[] = { "", "K", "-1", "12Q", "1.5G", "4096 ", " 4096", "99999999999999999999",
+				     "20000000T" };
+	uint64_t b;
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		b = 1;
+		CHECK_EQ(uswap_parse_size(good[i].s, 0, &b), 0);
+		CHECK_EQ(b, good[i].bytes);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int ret = uswap_parse_size(bad[i], 0, &b);
+
+		if (ret != -EINVAL)
+			fprintf(stderr, "size \"%s\" gave %d\n", bad[i], ret);
+		CHECK_EQ(ret, -EINVAL);
+	}
+	CHECK_EQ(uswap_parse_size("25%", 0, &b), -EINVAL); /* percent only where allowed */
+	CHECK_EQ(uswap_parse_size("25%", 1, &b), 0);
+	CHECK(b > 0);
+	uint64_t full;
+	CHECK_EQ(uswap_parse_size("100%", 1, &full), 0);
+	CHECK(b <= full / 4 + 4096 && b + 4096 >= full / 4);
+	CHECK_EQ(uswap_parse_size("101%", 1, &b), -EINVAL);
+	CHECK_EQ(uswap_parse_size("0%", 1, &b), -EINVAL);
+}
+
+CHECK_MAIN(T(good_strings_work), T(bad_strings_are_refused), T(sizes))
