@@ -244,6 +244,15 @@ static uint32_t block_take(struct zpool *zp, uint32_t i)
 	return slot;
 }
 
+/* Bytes of pool memory that taking a fresh slot (above the high water) of block @i would touch. */
+static size_t zpool_growth(const struct zpool *zp, uint32_t i)
+{
+	const struct zblock *b = &zp->blocks[i];
+	size_t obj = zp->cls[b->cls].obj_size, hw = (size_t)b->nr_alloc * obj;
+
+	return (hw + obj + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE - (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
+}
+
 /* Allocate an object of class @ci outside block @avoid. Return: handle, or NIL when full. */
 static uint32_t zpool_alloc(struct zpool *zp, unsigned ci, uint32_t avoid, bool may_grow)
 {
@@ -259,6 +268,8 @@ static uint32_t zpool_alloc(struct zpool *zp, unsigned ci, uint32_t avoid, bool 
 		if (i == NIL)
 			return NIL;
 	}
+	if (!zp->blocks[i].free_head && zpool_growth(zp, i) + zp->committed > zp->max_bytes)
+		return NIL; /* the next slot would touch a page beyond the limit */
 	if (zp->lru_head != i) {
 		lru_unlink(zp, i);
 		lru_push_head(zp, i);
@@ -361,7 +372,12 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	if (!zp)
 		return -ENOMEM;
 	zp->max_bytes = max;
-	zp->max_blocks = (uint32_t)((max + ZP_BLOCK_SIZE - 1) / ZP_BLOCK_SIZE);
+	/*
+	 * Memory is bounded by committed pages, not by blocks: a block costs only the pages below its high
+	 * water. Reserve one spare block per size class so that a small pool, whose classes each hold a
+	 * partly touched block, still fills up to max instead of running out of blocks first.
+	 */
+	zp->max_blocks = (uint32_t)((max + ZP_BLOCK_SIZE - 1) / ZP_BLOCK_SIZE) + ZP_NR_CLASSES;
 	if (zp->max_blocks > ZP_MAX_BLOCKS)
 		zp->max_blocks = ZP_MAX_BLOCKS;
 	zp->reject_len = (size_t)PAGE_SIZE * reject_pct / 100;
