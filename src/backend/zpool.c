@@ -301,6 +301,21 @@ static inline unsigned class_of(size_t clen)
 	return (unsigned)((ZP_HDR + clen + ZP_ALIGN - 1) / ZP_ALIGN - 1);
 }
 
+/*
+ * handle_ok_unlocked() - the check of the lock-free load path. It reads only what cannot change while
+ * the caller holds the descriptor lock of @owner: the block's class (set when the block was made, and
+ * the block lives while it holds our object) and the object's header; never the list fields or the
+ * high water, which other objects' stores and frees change under zp->lock.
+ */
+static bool handle_ok_unlocked(struct zpool *zp, uint64_t h, uint32_t owner)
+{
+	uint32_t blk = (uint32_t)(h >> ZP_SLOT_BITS), slot = h & ((1u << ZP_SLOT_BITS) - 1);
+
+	if (h > UINT32_MAX || blk >= zp->max_blocks || slot >= zp->cls[zp->blocks[blk].cls].per_block)
+		return false;
+	return hdr_owner(obj_ptr(zp, blk, slot)) == owner;
+}
+
 static bool handle_ok(struct zpool *zp, uint64_t h, uint32_t owner)
 {
 	uint32_t blk = (uint32_t)(h >> ZP_SLOT_BITS), slot = h & ((1u << ZP_SLOT_BITS) - 1);
@@ -467,7 +482,7 @@ static int zpool_load(struct backend *b, uint32_t owner, const uint64_t *handles
 		uint32_t blk = (uint32_t)(handles[i] >> ZP_SLOT_BITS);
 		const unsigned char *o;
 
-		if (!handle_ok(zp, handles[i], owner + (uint32_t)i)) {
+		if (!handle_ok_unlocked(zp, handles[i], owner + (uint32_t)i)) {
 			ret = -EIO;
 			break;
 		}

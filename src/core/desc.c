@@ -46,12 +46,12 @@ void desc_table_destroy(struct desc_table *t)
 
 uint64_t desc_table_bytes(const struct desc_table *t)
 {
-	return (uint64_t)t->hwm * (DESC_CLUSTER * sizeof(struct swap_desc) + sizeof(struct desc_cluster));
+	return (uint64_t)atomic_load_explicit(&t->hwm, memory_order_relaxed) * (DESC_CLUSTER * sizeof(struct swap_desc) + sizeof(struct desc_cluster));
 }
 
 bool desc_id_valid(const struct desc_table *t, uint64_t id)
 {
-	return id > 0 && id < (uint64_t)t->hwm * DESC_CLUSTER;
+	return id > 0 && id < (uint64_t)atomic_load_explicit(&t->hwm, memory_order_acquire) * DESC_CLUSTER;
 }
 
 static void list_add(struct desc_table *t, uint32_t ci)

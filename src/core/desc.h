@@ -49,7 +49,7 @@ struct desc_table {
 	struct swap_desc *descs; /* capacity entries, reserved; touched as clusters come into use */
 	struct desc_cluster *clusters;
 	uint32_t nr_clusters;     /* capacity / DESC_CLUSTER */
-	uint32_t hwm;             /* clusters ever used */
+	_Atomic uint32_t hwm;     /* clusters ever used; grows under lock, read without it */
 	uint32_t partial;         /* head of clusters with free descriptors, in use before */
 	uint32_t cur;             /* cluster the last allocation came from */
 	uint64_t nr_used;
