@@ -11,9 +11,10 @@
 
 static const char usage[] =
 	"usage: uswap COMMAND [ARGS]\n"
-	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES] [--threads N]\n"
-	"  bench remote [--json] [--server HOST:PORT]\n"
+	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES]\n"
 	"                        store/load throughput of the swap layer against raw lz4\n"
+	"  bench remote [--json] [--server HOST:PORT]\n"
+	"                        the remote tier against a plain hiredis GET\n"
 	"  help                  this text\n";
 
 int cli_usage_error(const char *fmt, ...)
