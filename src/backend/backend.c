@@ -152,6 +152,45 @@ void backend_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->off = atomic_load(&b->off);
 }
 
+ssize_t backend_peek(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt)
+{
+	ssize_t n;
+
+	if (!backend_has(b, BACKEND_PACKED))
+		return -EOPNOTSUPP;
+	if (fault_fires(&b->fault.load_nth, b->fault.sticky)) {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+		return b->fault.load_err;
+	}
+	n = b->ops->peek(b, owner, handle, obj, fmt);
+	if (n < 0)
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+	return n;
+}
+
+int backend_store_obj(struct backend *b, const void *obj, size_t len, unsigned fmt, uint32_t owner,
+		      uint64_t *handle)
+{
+	int ret;
+
+	if (!backend_has(b, BACKEND_PACKED) || atomic_load_explicit(&b->off, memory_order_relaxed))
+		return 0;
+	if (fault_fires(&b->fault.store_nth, b->fault.sticky)) {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+		return b->fault.store_err;
+	}
+	ret = b->ops->store_obj(b, obj, len, fmt, owner, handle);
+	if (ret > 0) {
+		atomic_fetch_add_explicit(&b->stores, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&b->nr_pages, 1, memory_order_relaxed);
+	} else if (ret == 0 || ret == -ENOSPC) {
+		atomic_fetch_add_explicit(&b->rejects, 1, memory_order_relaxed);
+	} else {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+	}
+	return ret;
+}
+
 void backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky)
 {
 	b->fault.sticky = sticky;

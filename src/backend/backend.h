@@ -26,6 +26,14 @@ enum backend_caps {
 	BACKEND_COMPACT = 1 << 2, /* sparse() + relocate() reduce fragmentation */
 	BACKEND_BATCH = 1 << 3,   /* stores may be buffered until flush() */
 	BACKEND_DURABLE = 1 << 4, /* data outlives the process's memory (file, remote) */
+	BACKEND_PACKED = 1 << 5,  /* peek() + store_obj(): compressed pages move between tiers as they are */
+};
+
+/* The stored form of a page, as peek() hands it out and store_obj() takes it. */
+enum obj_fmt {
+	OBJ_PLAIN = 0, /* the 4 KiB page itself */
+	OBJ_LZ4 = 1,   /* one lz4 block */
+	OBJ_ZSTD = 2,  /* one magicless zstd frame */
 };
 
 struct backend;
@@ -59,6 +67,15 @@ struct uswap_backend_ops {
 	size_t (*sparse)(struct backend *b, uint32_t *owners, size_t max);
 	int (*relocate)(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle);
 	void (*stats)(struct backend *b, struct uswap_tier_stats *st); /* fills pages..meta_bytes */
+	/*
+	 * BACKEND_PACKED, for movers (writeback, swapoff): peek() copies page @handle as stored (at most
+	 * PAGE_SIZE bytes) into @obj; Return: its length, *fmt its form, or -EIO. store_obj() takes such an
+	 * object (no allocation); Return: 1 taken and *handle set, 0 refused (full, or a form it cannot
+	 * hold: the caller offers the plain page), -errno. Objects may sit in a buffer until flush().
+	 */
+	ssize_t (*peek)(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt);
+	int (*store_obj)(struct backend *b, const void *obj, size_t len, unsigned fmt, uint32_t owner,
+			 uint64_t *handle);
 };
 
 /* Test hook: fail the nth next call of an op with err (see backend_inject()). */
@@ -94,6 +111,9 @@ size_t backend_cold(struct backend *b, uint32_t *owners, size_t max);
 size_t backend_sparse(struct backend *b, uint32_t *owners, size_t max);
 int backend_relocate(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle);
 void backend_stats(struct backend *b, struct uswap_tier_stats *st);
+ssize_t backend_peek(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt);
+int backend_store_obj(struct backend *b, const void *obj, size_t len, unsigned fmt, uint32_t owner,
+		      uint64_t *handle);
 
 static inline bool backend_has(const struct backend *b, unsigned cap)
 {
@@ -105,6 +125,16 @@ void backend_inject(struct backend *b, bool on_store, long nth, int err, bool st
 
 /* Arguments "a:b=c:d": next field into @key (and @val after '=', or NULL); returns false at the end. */
 bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, size_t vallen);
+
+/* file.c: how the swap file is laid out now (tests and `uswap bench file`). */
+struct file_layout {
+	uint32_t clusters, clusters_in_use, clusters_free_backed, clusters_packed;
+	uint64_t used_pages, used_sectors; /* plain pages; 512-byte sectors of packed objects */
+	uint64_t split_stores;             /* folios that found no contiguous run and were split */
+	uint64_t punched_clusters, punch_calls;
+	int fd;
+};
+int file_layout(struct backend *b, struct file_layout *l);
 
 extern const struct uswap_backend_ops same_backend_ops;
 extern const struct uswap_backend_ops zpool_backend_ops;

@@ -127,3 +127,33 @@ const char *codec_name(const struct codec *c)
 {
 	return c->kind == CODEC_LZ4 ? "lz4" : "zstd";
 }
+
+int codec_dctx_init(struct codec_dctx *d)
+{
+	size_t dsz = ZSTD_estimateDCtxSize();
+
+	d->work = ualloc_aligned(64, dsz);
+	d->zd = d->work ? ZSTD_initStaticDCtx(d->work, dsz) : NULL;
+	if (!d->zd) {
+		ufree(d->work);
+		d->work = NULL;
+		return -ENOMEM;
+	}
+	ZSTD_DCtx_setParameter(d->zd, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+	return 0;
+}
+
+void codec_dctx_destroy(struct codec_dctx *d)
+{
+	ufree(d->work);
+	d->work = d->zd = NULL;
+}
+
+int codec_decompress_as(enum codec_kind kind, struct codec_dctx *d, const void *src, size_t len, void *dst)
+{
+	if (kind == CODEC_LZ4)
+		return LZ4_decompress_safe(src, dst, (int)len, PAGE_SIZE) == PAGE_SIZE ? 0 : -EIO;
+	size_t n = ZSTD_decompressDCtx(d->zd, dst, PAGE_SIZE, src, len);
+
+	return !ZSTD_isError(n) && n == PAGE_SIZE ? 0 : -EIO;
+}

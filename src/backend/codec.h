@@ -40,4 +40,13 @@ static inline int codec_needs_ctx_to_load(const struct codec *c)
 }
 const char *codec_name(const struct codec *c);
 
+/* A decompressor alone, for a tier holding pages another tier compressed (lz4 needs no state). */
+struct codec_dctx {
+	void *work, *zd; /* static ZSTD_DCtx inside work */
+};
+int codec_dctx_init(struct codec_dctx *d);
+void codec_dctx_destroy(struct codec_dctx *d);
+/* Decompress exactly one page of @kind. Return: 0; -EIO when @src is not a valid page. */
+int codec_decompress_as(enum codec_kind kind, struct codec_dctx *d, const void *src, size_t len, void *dst);
+
 #endif

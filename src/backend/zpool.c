@@ -601,6 +601,54 @@ static void zpool_stats(struct backend *b, struct uswap_tier_stats *st)
 	pthread_mutex_unlock(&zp->lock);
 }
 
+static unsigned zpool_fmt(const struct zpool *zp)
+{
+	return zp->codec.kind == CODEC_LZ4 ? OBJ_LZ4 : OBJ_ZSTD;
+}
+
+/* The compressed object as it is, for a tier that keeps it compressed. Context: caller holds the page's descriptor. */
+static ssize_t zpool_peek(struct backend *b, uint32_t owner, uint64_t h, void *obj, unsigned *fmt)
+{
+	struct zpool *zp = b->priv;
+	const unsigned char *o;
+
+	if (!handle_ok(zp, h, owner))
+		return -EIO;
+	o = obj_ptr(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
+	memcpy(obj, o + ZP_HDR, hdr_len(o));
+	*fmt = zpool_fmt(zp);
+	return hdr_len(o);
+}
+
+/* Take back an object this pool's codec made (swapoff of a tier below): no compression. */
+static int zpool_store_obj(struct backend *b, const void *obj, size_t len, unsigned fmt, uint32_t owner,
+			   uint64_t *handle)
+{
+	struct zpool *zp = b->priv;
+	unsigned char *o;
+	unsigned ci;
+	uint32_t h;
+
+	if (fmt != zpool_fmt(zp) || !len || len > zp->reject_len)
+		return 0;
+	ci = class_of(len);
+	pthread_mutex_lock(&zp->lock);
+	h = zpool_alloc(zp, ci, NIL, true);
+	if (h == NIL) {
+		pthread_mutex_unlock(&zp->lock);
+		return 0;
+	}
+	o = obj_ptr(zp, h >> ZP_SLOT_BITS, h & ((1u << ZP_SLOT_BITS) - 1));
+	hdr_set(o, owner, (uint16_t)len);
+	memcpy(o + ZP_HDR, obj, len);
+	zp->data_bytes += len;
+	zp->obj_bytes += zp->cls[ci].obj_size;
+	zp->nr_objs++;
+	pthread_mutex_unlock(&zp->lock);
+	*handle = h;
+	return 1;
+}
+
 /* Test hook: flip one byte of the object @h holds (its compressed data). */
 int zpool_corrupt(struct backend *b, uint64_t h)
 {
@@ -616,7 +664,7 @@ int zpool_corrupt(struct backend *b, uint64_t h)
 
 const struct uswap_backend_ops zpool_backend_ops = {
 	.name = "zpool",
-	.caps = BACKEND_LRU | BACKEND_COMPACT,
+	.caps = BACKEND_LRU | BACKEND_COMPACT | BACKEND_PACKED,
 	.open = zpool_open,
 	.close = zpool_close,
 	.store = zpool_store,
@@ -626,4 +674,6 @@ const struct uswap_backend_ops zpool_backend_ops = {
 	.sparse = zpool_sparse,
 	.relocate = zpool_relocate,
 	.stats = zpool_stats,
+	.peek = zpool_peek,
+	.store_obj = zpool_store_obj,
 };

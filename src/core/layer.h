@@ -22,7 +22,7 @@ struct uswap {
 
 	/* Movers (writeback, swapoff, compaction) take move_lock and use these buffers. */
 	pthread_mutex_t move_lock;
-	unsigned char *move_buf; /* one page */
+	unsigned char *move_buf; /* two pages: a page as its tier stores it, and the plain page */
 	uint32_t *move_owners;   /* MOVE_BATCH */
 
 	/* Background maintenance thread. */

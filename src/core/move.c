@@ -5,10 +5,12 @@
  * held by its descriptor lock, so a concurrent load waits and a concurrent free finds it moved.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/layer.h"
+#include "util/alloc.h"
 #include "util/csum.h"
 #include "util/err.h"
 
@@ -17,10 +19,33 @@
 #define WB_LO_PCT 85
 #define BG_PERIOD_MS 100
 
+/* Read page @id of @src as a plain page into @buf and check it against its descriptor. */
+static int load_plain(struct uswap *u, struct backend *src, uint32_t id, uint64_t h, uint32_t csum, void *buf)
+{
+	int ret = backend_load(src, id, &h, 1, buf);
+
+	if (ret)
+		return ret;
+	if (!backend_has(src, BACKEND_INLINE) && csum_buf(buf, PAGE_SIZE) != csum) {
+		atomic_fetch_add(&u->csum_errors, 1);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/*
+ * A page moves as its source stores it when both tiers are BACKEND_PACKED (a compressed page is not
+ * inflated on its way to the file, nor recompressed on its way back); its checksum is then verified by
+ * the next load. Any other destination gets the plain page, checked here.
+ */
 int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool wait)
 {
 	struct swap_desc *d = desc_get(&u->descs, id);
 	struct backend *src = &u->tier[from];
+	bool src_inline = backend_has(src, BACKEND_INLINE);
+	unsigned char *page = NULL;
+	unsigned fmt = OBJ_PLAIN;
+	ssize_t len = PAGE_SIZE;
 	uint64_t h, nh = 0;
 	uint32_t m;
 	unsigned t;
@@ -34,27 +59,44 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 		desc_unlock(d, m);
 		return 0;
 	}
-	h = backend_has(src, BACKEND_INLINE) ? (uint64_t)d->handle << 32 | d->csum : d->handle;
-	ret = backend_load(src, id, &h, 1, u->move_buf);
+	h = src_inline ? (uint64_t)d->handle << 32 | d->csum : d->handle;
+	if (backend_has(src, BACKEND_PACKED)) {
+		len = backend_peek(src, id, h, u->move_buf, &fmt);
+		ret = len < 0 ? (int)len : 0;
+		if (!ret && fmt == OBJ_PLAIN && csum_buf(u->move_buf, PAGE_SIZE) != d->csum) {
+			atomic_fetch_add(&u->csum_errors, 1);
+			ret = -EBADMSG;
+		}
+	} else {
+		ret = load_plain(u, src, id, h, d->csum, u->move_buf);
+	}
 	if (ret)
 		goto out_unlock;
-	if (!backend_has(src, BACKEND_INLINE) && csum_buf(u->move_buf, PAGE_SIZE) != d->csum) {
-		atomic_fetch_add(&u->csum_errors, 1);
-		ret = -EBADMSG;
-		goto out_unlock;
-	}
+	if (fmt == OBJ_PLAIN)
+		page = u->move_buf;
 	ret = -ENOSPC;
 	for (t = first; t < u->nr_tiers; t++) {
 		struct backend *dst = &u->tier[t];
 
 		if (t == from)
 			continue;
-		if (backend_store(dst, u->move_buf, 1, id, &nh) == 1)
+		if (!page) {
+			if (backend_store_obj(dst, u->move_buf, (size_t)len, fmt, id, &nh) == 1)
+				break;
+			if (backend_has(dst, BACKEND_INLINE))
+				continue; /* it was not same-filled when stored */
+			page = u->move_buf + PAGE_SIZE;
+			ret = load_plain(u, src, id, h, d->csum, page);
+			if (ret)
+				goto out_unlock;
+			ret = -ENOSPC;
+		}
+		if (backend_store(dst, page, 1, id, &nh) == 1)
 			break;
 	}
 	if (t == u->nr_tiers)
 		goto out_unlock;
-	if (backend_has(src, BACKEND_INLINE))
+	if (src_inline)
 		atomic_fetch_sub(&src->nr_pages, 1);
 	else
 		backend_release(src, id, h);
@@ -62,8 +104,8 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 		d->csum = (uint32_t)nh;
 		d->handle = (uint32_t)(nh >> 32);
 	} else {
-		if (backend_has(src, BACKEND_INLINE))
-			d->csum = csum_buf(u->move_buf, PAGE_SIZE);
+		if (src_inline)
+			d->csum = csum_buf(page, PAGE_SIZE);
 		d->handle = (uint32_t)nh;
 	}
 	atomic_fetch_add(&src->wb_out, 1);
@@ -74,6 +116,14 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 out_unlock:
 	desc_unlock(d, m);
 	return ret;
+}
+
+/* Write out what tiers other than @except buffer (objects a mover just gave them). */
+static void flush_tiers(struct uswap *u, unsigned except)
+{
+	for (unsigned t = 0; t < u->nr_tiers; t++)
+		if (t != except)
+			backend_flush(&u->tier[t]);
 }
 
 ssize_t uswap_writeback(struct uswap *u, unsigned tier, size_t max_pages)
@@ -98,6 +148,7 @@ ssize_t uswap_writeback(struct uswap *u, unsigned tier, size_t max_pages)
 				progress++;
 		}
 		moved += progress;
+		flush_tiers(u, tier); /* one batched write per round for tiers that buffer */
 		if (!progress)
 			break; /* all busy, or nothing below takes them */
 	}
@@ -107,16 +158,55 @@ ssize_t uswap_writeback(struct uswap *u, unsigned tier, size_t max_pages)
 	return (ssize_t)moved;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The pages tier @tier holds, as (handle << 32 | id), sorted: moved in this order, a tier that reads
+ * ahead (the file reads whole clusters) reads its space once, sequentially. NULL if out of memory.
+ */
+static uint64_t *swapoff_order(struct uswap *u, unsigned tier, size_t *n)
+{
+	size_t cap = (size_t)atomic_load(&u->tier[tier].nr_pages) + 64, k = 0;
+	uint64_t *keys = ualloc(cap * sizeof(*keys));
+
+	if (!keys)
+		return NULL;
+	for (uint64_t id = 1; desc_id_valid(&u->descs, id) && k < cap; id++) {
+		struct swap_desc *d = desc_get(&u->descs, (uint32_t)id);
+		uint32_t m = atomic_load_explicit(&d->meta, memory_order_acquire);
+
+		if ((m & DESC_LIVE) && desc_tier(m) == tier)
+			keys[k++] = (uint64_t)d->handle << 32 | id; /* a stale handle only costs order */
+	}
+	qsort(keys, k, sizeof(*keys), cmp_u64);
+	*n = k;
+	return keys;
+}
+
 int uswap_swapoff(struct uswap *u, unsigned tier)
 {
-	size_t stuck = 0;
+	size_t stuck = 0, n = 0;
+	uint64_t *order;
 	int last = 0;
 
 	if (tier >= u->nr_tiers)
 		return err_set(-EINVAL, "no tier %u (the stack has %u)", tier, u->nr_tiers);
 	atomic_store(&u->tier[tier].off, true);
 	pthread_mutex_lock(&u->move_lock);
-	/* Cost: one pass over the descriptors in use, plus one move per page the tier holds. */
+	/* Cost: two passes over the descriptors in use, plus one move per page the tier holds. */
+	order = backend_has(&u->tier[tier], BACKEND_INLINE) ? NULL : swapoff_order(u, tier, &n);
+	for (size_t i = 0; i < n; i++) {
+		move_page(u, (uint32_t)order[i], tier, 0, true);
+		if (i % MOVE_BATCH == MOVE_BATCH - 1)
+			flush_tiers(u, tier);
+	}
+	ufree(order);
+	/* What the ordered pass could not move (or a store that raced with "off"): again, and count. */
 	for (uint64_t id = 1; desc_id_valid(&u->descs, id); id++) {
 		uint32_t m = atomic_load_explicit(&desc_get(&u->descs, (uint32_t)id)->meta, memory_order_relaxed);
 		int ret;
@@ -129,6 +219,7 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 			last = ret;
 		}
 	}
+	flush_tiers(u, tier);
 	pthread_mutex_unlock(&u->move_lock);
 	if (stuck)
 		return err_set(last == -ENOSPC ? -ENOSPC : -EIO,
@@ -197,6 +288,7 @@ ssize_t uswap_maintain(struct uswap *u)
 			while ((n = compact_tier(u, t)) > 0)
 				done += (ssize_t)n;
 		}
+		backend_flush(b); /* buffered writes out, freed file space back in bulk */
 	}
 	return done;
 }

@@ -46,7 +46,7 @@ int uswap_create_opts(struct uswap **out, const struct uswap_options *opts)
 		err_set(ret, "cannot reserve descriptors for %llu pages", (unsigned long long)max_pages);
 		goto out_free;
 	}
-	u->move_buf = ualloc_aligned(4096, PAGE_SIZE);
+	u->move_buf = ualloc_aligned(4096, 2 * PAGE_SIZE);
 	u->move_owners = ualloc(MOVE_BATCH * sizeof(uint32_t));
 	ret = -ENOMEM;
 	if (!u->move_buf || !u->move_owners)
