@@ -31,6 +31,7 @@ CFLAGS_ALL := $(CFLAGS_BASE) $(CFLAGS)
 LIB_SRC := $(wildcard src/util/*.c src/core/*.c src/backend/*.c src/mm/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 PRELOAD_SRC := $(wildcard src/preload/*.c)
+BENCH_SRC := $(wildcard bench/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 
@@ -39,8 +40,9 @@ CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-all: $(BUILD)/libuswap.so $(BUILD)/libuswap.a $(BUILD)/uswap $(BUILD)/uswap.pc \
+all: $(BUILD)/libuswap.so $(BUILD)/libuswap.a $(BUILD)/uswap $(BUILD)/uswap.pc $(BENCH_BIN) \
 	$(if $(PRELOAD_SRC),$(BUILD)/libuswap-preload.so)
 
 $(BUILD)/obj/%.o: %.c
@@ -65,6 +67,11 @@ $(BUILD)/libuswap-preload.so: $(PRELOAD_OBJ) $(BUILD)/libuswap.a
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libuswap.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDSAN) -o $@ $< $(TEST_LIB_OBJ) $(BUILD)/libuswap.a $(LIBS)
+
+# Benchmark workloads (bench/*.c): plain programs, linked statically with the library for its page generator.
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(BUILD)/libuswap.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDSAN) -o $@ $< $(BUILD)/libuswap.a $(LIBS)
 
 $(BUILD)/uswap.pc: Makefile
 	@mkdir -p $(dir $@)
