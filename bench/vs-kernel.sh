@@ -4,7 +4,8 @@
 # Modes: plain (no limit), swapfile (kernel swap to a file), zswap (lz4, in front of that file),
 # zram (lz4), uswap (`uswap run` with the default tiers). The kernel modes run in a cgroup v1 memory
 # group with the limit; uswap runs with --limit. Each mode x pattern runs RUNS times; the median
-# touches/s is reported. Needs root. The machine is restored on exit, failure or interrupt: our swap
+# touches/s is reported. zswap runs with its shrinker on (off, a cgroup limit OOM-kills the workload)
+# and lz4 if the kernel's crypto API has it (else lzo-rle, said in the output). Needs root. The machine is restored on exit, failure or interrupt: our swap
 # devices off, zswap back to its settings, zram reset, the cgroup removed.
 #
 # usage: bench/vs-kernel.sh [--size 2G] [--limit 512M] [--seconds 15] [--runs 3]
@@ -47,6 +48,7 @@ zs=/sys/module/zswap/parameters
 zram=/sys/block/zram0
 zswap_enabled=$(cat $zs/enabled 2>/dev/null || echo N)
 zswap_comp=$(cat $zs/compressor 2>/dev/null || echo lzo)
+zswap_shrinker=$(cat $zs/shrinker_enabled 2>/dev/null || echo N)
 zswap_used=none
 our_swaps=()
 
@@ -54,6 +56,7 @@ restore() {
 	set +e
 	for s in "${our_swaps[@]}"; do swapoff "$s" 2>/dev/null; done
 	[ -e $zs/enabled ] && { echo "$zswap_comp" > $zs/compressor; echo "$zswap_enabled" > $zs/enabled; } 2>/dev/null
+	[ -e $zs/shrinker_enabled ] && echo "$zswap_shrinker" > $zs/shrinker_enabled 2>/dev/null
 	[ -e $zram/reset ] && echo 1 > $zram/reset 2>/dev/null
 	rm -f "$swapfile"
 	if [ -d "$cg" ]; then
@@ -92,6 +95,8 @@ setup_mode() {
 			for c in lz4 lzo-rle lzo; do
 				if echo $c > $zs/compressor 2>/dev/null; then zswap_used=$c; break; fi
 			done
+			# without its shrinker, zswap under a cgroup limit gets the workload OOM-killed
+			[ -e $zs/shrinker_enabled ] && echo Y > $zs/shrinker_enabled
 			echo Y > $zs/enabled
 		fi
 		;;
