@@ -4,7 +4,8 @@
  *
  * A cluster holds either plain pages (4 KiB slots, handle = slot number) or packed objects: pages a
  * compressed tier wrote back still compressed (BACKEND_PACKED), each an 8-byte header and the compressed
- * bytes in a run of 1..8 512-byte sectors (handle = FH_PACKED | (sectors - 1) << 28 | first sector).
+ * bytes in a run of 1..8 512-byte sectors (handle = FH_PACKED | first sector << 3 | (sectors - 1)), so
+ * handles sort in file order.
  * One bitmap per cluster (slots or sectors) is the allocator; free clusters sit on two lists (still
  * backed by file system blocks, or punched), partly used ones on one list per kind. Each I/O context
  * keeps its own current page cluster, so one thread's stores stay together and a folio gets one run.
@@ -401,12 +402,12 @@ static inline bool h_packed(uint64_t h)
 
 static inline uint32_t h_sector(uint64_t h)
 {
-	return (uint32_t)h & FH_SECT_MASK;
+	return (uint32_t)(h >> 3) & FH_SECT_MASK;
 }
 
 static inline unsigned h_nsect(uint64_t h)
 {
-	return (unsigned)((h >> 28) & 7) + 1;
+	return (unsigned)(h & 7) + 1;
 }
 
 /* ---- io_uring ---- */
@@ -878,7 +879,7 @@ static int file_store_obj(struct backend *b, const void *obj, size_t len, unsign
 	atomic_store_explicit(&f->wb_hi, f->wb_base + f->wb_len, memory_order_release);
 	atomic_store_explicit(&f->wb_lo, f->wb_base, memory_order_release);
 	pthread_mutex_unlock(&f->wb_lock);
-	*handle = FH_PACKED | (uint64_t)(nsect - 1) << 28 | s;
+	*handle = FH_PACKED | (uint64_t)s << 3 | (nsect - 1);
 	return 1;
 }
 

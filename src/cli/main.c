@@ -15,6 +15,8 @@ static const char usage[] =
 	"                        store/load throughput of the swap layer against raw lz4\n"
 	"  bench remote [--json] [--server HOST:PORT]\n"
 	"                        the remote tier against a plain hiredis GET\n"
+	"  bench file [--json] [--size SIZE]\n"
+	"                        the swap-file tier against plain io_uring reads of the same file\n"
 	"  help                  this text\n";
 
 int cli_usage_error(const char *fmt, ...)
@@ -43,6 +45,7 @@ static const struct {
 } benches[] = {
 	{ "core", bench_core },
 	{ "remote", bench_remote },
+	{ "file", bench_file },
 };
 
 int cmd_bench(int argc, char **argv)
