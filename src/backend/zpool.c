@@ -612,7 +612,7 @@ static ssize_t zpool_peek(struct backend *b, uint32_t owner, uint64_t h, void *o
 	struct zpool *zp = b->priv;
 	const unsigned char *o;
 
-	if (!handle_ok(zp, h, owner))
+	if (!handle_ok_unlocked(zp, h, owner))
 		return -EIO;
 	o = obj_ptr(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
 	memcpy(obj, o + ZP_HDR, hdr_len(o));
