@@ -1,5 +1,6 @@
 /* test_file.c - round trips through the swap-file tier, alone and below the compressed pool. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 
 #include "check.h"
 #include "uswap.h"
+#include "backend/backend.h"
 #include "core/testhook.h"
 
 static void fill(unsigned char *p, size_t len, unsigned seed)
@@ -195,8 +197,438 @@ static void test_file_injected_eio(void)
 	free(b);
 }
 
+
+/* Every folio size 1..512 through the file tier, each checked, with neighbours stored in between. */
+static void test_file_every_folio_size(void)
+{
+	struct uswap *u;
+	size_t max = 512 * USWAP_PAGE_SIZE;
+	unsigned char *a = malloc(max), *b = aligned_alloc(4096, max + 4096);
+	uswap_id_t keep[512];
+	struct file_layout fl;
+
+	size_t kept = 0;
+
+	CHECK_EQ(uswap_create(&u, "file:size=64M"), 0);
+	for (size_t n = 1; n <= 512; n++) {
+		unsigned char *dst = n % 2 ? b : b + 16; /* aligned: direct reads; not: through the bounce buffer */
+
+		fill_pages(a, n, PK_RANDOM, seed_for(n));
+		CHECK_EQ(uswap_store(u, a, n, &keep[n - 1]), 0);
+		memset(b, 0, max);
+		CHECK_EQ(uswap_load(u, keep[n - 1], dst, n), 0);
+		CHECK_MEM(a, dst, n * USWAP_PAGE_SIZE);
+		if (n % 37 == 1) {
+			kept += n;
+			continue;
+		}
+		CHECK_EQ(uswap_free(u, keep[n - 1]), 0);
+		keep[n - 1] = 0;
+	}
+	for (size_t n = 1; n <= 512; n += 37) {
+		fill_pages(a, n, PK_RANDOM, seed_for(n));
+		CHECK_EQ(uswap_load(u, keep[n - 1], b, n), 0);
+		CHECK_MEM(a, b, n * USWAP_PAGE_SIZE);
+		/* a part of the folio alone */
+		CHECK_EQ(uswap_load_pages(u, keep[n - 1], n / 2, n - n / 2, b), 0);
+		CHECK_MEM(a + n / 2 * USWAP_PAGE_SIZE, b, (n - n / 2) * USWAP_PAGE_SIZE);
+	}
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	CHECK_EQ(fl.used_pages, kept);
+	CHECK_EQ(fl.split_stores, 0); /* room enough: every folio got one run */
+	for (size_t n = 1; n <= 512; n += 37)
+		CHECK_EQ(uswap_free(u, keep[n - 1]), 0);
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	CHECK_EQ(fl.used_pages, 0);
+	CHECK_EQ(fl.clusters_in_use, 0);
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
+/* Pages the pool writes back are stored compressed in the file, and come back intact. */
+static void test_file_writeback_stays_compressed(void)
+{
+	enum { N = 2000 };
+	struct uswap_options o = { .tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1 };
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
+	static uswap_id_t ids[N];
+	struct file_layout fl;
+	struct uswap_stats st;
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (int i = 0; i < N; i++) {
+		fill_page(a, PK_TEXT, seed_for((uint64_t)i));
+		CHECK_EQ(uswap_store(u, a, 1, &ids[i]), 0);
+	}
+	CHECK_EQ(uswap_writeback(u, 0, N), N);
+	CHECK_EQ(file_layout(testhook_tier(u, 1), &fl), 0);
+	CHECK_EQ(fl.used_pages, 0);
+	CHECK(fl.used_sectors > 0 && fl.used_sectors * 512 < (uint64_t)N * USWAP_PAGE_SIZE * 9 / 10);
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[1].pages, N);
+	CHECK_EQ(st.tier[0].pages, 0);
+	for (int i = 0; i < N; i++) {
+		fill_page(a, PK_TEXT, seed_for((uint64_t)i));
+		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
+		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
+	}
+	/* back into the pool as they are, then down again */
+	CHECK_EQ(uswap_swapoff(u, 1), 0);
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[0].pages, N);
+	CHECK_EQ(uswap_swapon(u, 1), 0);
+	CHECK_EQ(uswap_writeback(u, 0, N / 2), N / 2);
+	for (int i = 0; i < N; i++) {
+		fill_page(a, PK_TEXT, seed_for((uint64_t)i));
+		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
+		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
+	}
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
+/* A pool object corrupted before writeback moves as it is, and its load from the file says so. */
+static void test_file_writeback_corruption_detected(void)
+{
+	struct uswap_options o = { .tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1 };
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
+	struct uswap *u;
+	uswap_id_t id;
+	unsigned t = 9;
+	uint64_t h = 0;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	fill_page(a, PK_TEXT, seed_for(1));
+	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
+	CHECK_EQ(testhook_page(u, id, 0, &t, &h), 0);
+	CHECK_EQ(t, 0);
+	CHECK_EQ(zpool_corrupt(testhook_tier(u, 0), h), 0);
+	CHECK_EQ(uswap_writeback(u, 0, 1), 1);
+	CHECK_EQ(testhook_page(u, id, 0, &t, &h), 0);
+	CHECK_EQ(t, 1);
+	CHECK_EQ(uswap_load(u, id, b, 1), -EBADMSG);
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
+struct press_arg {
+	struct uswap *u;
+	uint64_t seed;
+	int bad, stored;
+};
+
+/* Stores text-like folios into a small pool over the file, loads and frees some, checks every byte. */
+static void *press_worker(void *p)
+{
+	enum { KEEP = 256 };
+	struct press_arg *m = p;
+	unsigned char *a = malloc(8 * USWAP_PAGE_SIZE), *b = malloc(8 * USWAP_PAGE_SIZE);
+	uswap_id_t ids[KEEP] = { 0 };
+	size_t np[KEEP];
+	uint64_t sd[KEEP];
+
+	for (unsigned i = 0; i < 6000; i++) {
+		unsigned k = i % KEEP;
+
+		if (ids[k]) {
+			fill_pages(a, np[k], PK_TEXT, sd[k]);
+			if (uswap_load(m->u, ids[k], b, np[k]) || memcmp(a, b, np[k] * USWAP_PAGE_SIZE))
+				m->bad++;
+			if (i % 3)
+				continue; /* keep it: the pool fills and writes back */
+			uswap_free(m->u, ids[k]);
+			ids[k] = 0;
+		}
+		np[k] = 1 + i % 8;
+		sd[k] = m->seed + k * 7919 + i;
+		fill_pages(a, np[k], PK_TEXT, sd[k]);
+		if (uswap_store(m->u, a, np[k], &ids[k]))
+			ids[k] = 0;
+		else
+			m->stored++;
+		if (i % 64 == 0)
+			uswap_writeback(m->u, 0, 32);
+	}
+	free(a);
+	free(b);
+	return NULL;
+}
+
+/* Pool -> file writeback under pressure (background thread and explicit) with two threads at work. */
+static void test_file_writeback_under_pressure(void)
+{
+	struct press_arg m[2];
+	pthread_t t[2];
+	struct uswap *u;
+	struct uswap_stats st;
+
+	CHECK_EQ(uswap_create(&u, "zpool:lz4:max=1M,file:size=128M"), 0);
+	for (int i = 0; i < 2; i++) {
+		m[i] = (struct press_arg){ u, seed_for((uint64_t)i + 100) & 0xffffffffu, 0, 0 };
+		CHECK_EQ(pthread_create(&t[i], NULL, press_worker, &m[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ(m[i].bad, 0);
+		CHECK(m[i].stored > 0);
+	}
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK(st.tier[1].writeback_in > 0);
+	CHECK_EQ(st.csum_errors, 0);
+	CHECK_EQ(st.io_errors, 0);
+	uswap_destroy(u);
+}
+
+struct reader_arg {
+	struct uswap *u;
+	const uswap_id_t *ids;
+	size_t n;
+	_Atomic int *stop;
+	int bad;
+	long loads;
+};
+
+static void *reader(void *p)
+{
+	struct reader_arg *r = p;
+	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE), *b = malloc(4 * USWAP_PAGE_SIZE);
+	uint64_t x = 1;
+
+	while (!atomic_load(r->stop) || r->loads < 100) {
+		size_t i = (size_t)((x = x * 6364136223846793005ull + 1) >> 33) % r->n;
+
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		if (uswap_load(r->u, r->ids[i], b, 4) || memcmp(a, b, 4 * USWAP_PAGE_SIZE))
+			r->bad++;
+		r->loads++;
+	}
+	free(a);
+	free(b);
+	return NULL;
+}
+
+/* Swapoff of the file tier, then of the pool, while two threads keep loading and checking. */
+static void test_file_swapoff_while_loading(void)
+{
+	enum { N = 1500 };
+	struct uswap_options o = { .tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1 };
+	static uswap_id_t ids[N];
+	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE);
+	struct reader_arg r[2];
+	_Atomic int stop = 0;
+	struct uswap_stats st;
+	pthread_t t[2];
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (size_t i = 0; i < N; i++) {
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_store(u, a, 4, &ids[i]), 0);
+	}
+	CHECK_EQ(uswap_writeback(u, 0, N * 4), N * 4);
+	for (int i = 0; i < 2; i++) {
+		r[i] = (struct reader_arg){ u, ids, N, &stop, 0, 0 };
+		CHECK_EQ(pthread_create(&t[i], NULL, reader, &r[i]), 0);
+	}
+	CHECK_EQ(uswap_swapoff(u, 1), 0); /* file -> pool */
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[1].pages, 0);
+	CHECK_EQ(st.tier[0].pages, N * 4);
+	CHECK_EQ(uswap_swapon(u, 1), 0);
+	CHECK_EQ(uswap_swapoff(u, 0), 0); /* pool -> file */
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[0].pages, 0);
+	CHECK_EQ(st.tier[1].pages, N * 4);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ(r[i].bad, 0);
+	}
+	for (size_t i = 0; i < N; i++) {
+		unsigned char b[4 * USWAP_PAGE_SIZE];
+
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_load(u, ids[i], b, 4), 0);
+		CHECK_MEM(a, b, 4 * USWAP_PAGE_SIZE);
+	}
+	uswap_destroy(u);
+	free(a);
+}
+
+/* EIO while writing back and while swapping off: the pages stay where they were, intact. */
+static void test_file_eio_while_moving(void)
+{
+	enum { N = 64 };
+	struct uswap_options o = { .tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1 };
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
+	uswap_id_t ids[N];
+	struct uswap_stats st;
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (int i = 0; i < N; i++) {
+		fill_page(a, PK_TEXT, seed_for((uint64_t)i));
+		CHECK_EQ(uswap_store(u, a, 1, &ids[i]), 0);
+	}
+	backend_inject(testhook_tier(u, 1), true, 1, -EIO, true); /* every store into the file fails */
+	CHECK(uswap_writeback(u, 0, N) <= 0);
+	backend_inject(testhook_tier(u, 1), true, 0, 0, false);
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[0].pages, N);
+	CHECK_EQ(uswap_writeback(u, 0, N), N);
+	backend_inject(testhook_tier(u, 1), false, 5, -EIO, false); /* the 5th read of swapoff fails */
+	CHECK_EQ(uswap_swapoff(u, 1), 0); /* the catch-up pass moves the page that failed */
+	backend_inject(testhook_tier(u, 1), false, 1, -EIO, true);
+	CHECK_EQ(uswap_swapon(u, 1), 0);
+	CHECK_EQ(uswap_writeback(u, 0, N), N);
+	CHECK_EQ(uswap_swapoff(u, 1), -EIO); /* every read fails: nothing moves, nothing is lost */
+	backend_inject(testhook_tier(u, 1), false, 0, 0, false);
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[1].pages, N);
+	for (int i = 0; i < N; i++) {
+		fill_page(a, PK_TEXT, seed_for((uint64_t)i));
+		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
+		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
+	}
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
+/* Freed clusters go back to the file system in bulk (the file's blocks shrink). */
+static void test_file_punch_in_bulk(void)
+{
+	enum { N = 48 };
+	struct uswap_options o = { .tiers = "file:size=256M", .no_background = 1 };
+	unsigned char *a = malloc(512 * USWAP_PAGE_SIZE);
+	uswap_id_t ids[N];
+	struct file_layout fl;
+	struct stat st0, st1;
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	fill_pages(a, 512, PK_RANDOM, seed_for(3));
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(uswap_store(u, a, 512, &ids[i]), 0);
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	CHECK_EQ(fl.clusters_in_use, N);
+	CHECK_EQ(fstat(fl.fd, &st0), 0);
+	for (int i = 0; i < N; i++)
+		CHECK_EQ(uswap_free(u, ids[i]), 0);
+	uswap_maintain(u);
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	CHECK_EQ(fl.clusters_in_use, 0);
+	CHECK(fl.punched_clusters >= N - 8);
+	CHECK(fl.punch_calls < fl.punched_clusters); /* neighbours went in one call */
+	CHECK_EQ(fstat(fl.fd, &st1), 0);
+	CHECK((uint64_t)st1.st_blocks * 512 <= (uint64_t)st0.st_blocks * 512 - (uint64_t)(N - 8) * (2 << 20));
+	uswap_destroy(u);
+	free(a);
+}
+
+/* After destroy no data is left: a named file is gone, and an open descriptor to it reads nothing. */
+static void test_file_nothing_left_after_destroy(void)
+{
+	char path[] = "/var/tmp/uswap-test-XXXXXX", spec[64];
+	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = aligned_alloc(4096, USWAP_PAGE_SIZE);
+	struct uswap *u;
+	struct stat st;
+	uswap_id_t id;
+	int fd;
+
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	close(fd);
+	unlink(path);
+	snprintf(spec, sizeof(spec), "file:%s:size=8M", path);
+	CHECK_EQ(uswap_create(&u, spec), 0);
+	fd = open(path, O_RDONLY);
+	CHECK(fd >= 0);
+	fill_page(a, PK_RANDOM, seed_for(9));
+	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
+	CHECK_EQ(pread(fd, b, USWAP_PAGE_SIZE, 0), USWAP_PAGE_SIZE);
+	CHECK_MEM(a, b, USWAP_PAGE_SIZE); /* the holder of a descriptor saw it while live (root test) */
+	uswap_destroy(u);
+	CHECK_EQ(stat(path, &st), -1);
+	CHECK_EQ(fstat(fd, &st), 0);
+	CHECK_EQ(st.st_size, 0);
+	CHECK_EQ(st.st_blocks, 0);
+	CHECK_EQ(pread(fd, b, USWAP_PAGE_SIZE, 0), 0);
+	close(fd);
+	free(a);
+	free(b);
+}
+
+/* Random folio sizes stored and freed for a long run: the file does not fragment into single slots. */
+static void test_file_churn_fragmentation(void)
+{
+	enum { SLOTS = 2048, OPS = 30000 };
+	struct uswap_options o = { .tiers = "file:size=64M", .no_background = 1 };
+	static uswap_id_t ids[SLOTS];
+	static uint32_t np[SLOTS];
+	unsigned char *a = malloc(512 * USWAP_PAGE_SIZE), *b = malloc(512 * USWAP_PAGE_SIZE);
+	uint64_t x = seed_for(77), held = 0, stores = 0;
+	struct file_layout fl;
+	struct uswap_stats st;
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (int op = 0; op < OPS; op++) {
+		size_t k = (size_t)((x = x * 6364136223846793005ull + 1) >> 33) % SLOTS;
+		uint32_t r = (uint32_t)(x >> 20) % 100;
+
+		if (ids[k]) {
+			if (op % 16 == 0) {
+				fill_pages(a, np[k], PK_RANDOM, seed_for(k * 1000 + np[k]));
+				CHECK_EQ(uswap_load(u, ids[k], b, np[k]), 0);
+				CHECK_MEM(a, b, np[k] * USWAP_PAGE_SIZE);
+			}
+			CHECK_EQ(uswap_free(u, ids[k]), 0);
+			held -= np[k];
+			ids[k] = 0;
+			continue;
+		}
+		np[k] = r < 60 ? 1 : r < 90 ? 2 + r % 15 : r < 98 ? 16 + (uint32_t)(x >> 40) % 100 : 512;
+		if (held + np[k] > 64 * 256 * 8 / 10)
+			continue;
+		fill_pages(a, np[k], PK_RANDOM, seed_for(k * 1000 + np[k]));
+		if (uswap_store(u, a, np[k], &ids[k]) == 0) {
+			held += np[k];
+			stores++;
+		} else {
+			ids[k] = 0;
+		}
+	}
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	printf("     churn: %llu stores, %llu split, %.1f%% of the space in use is free slots\n",
+	       (unsigned long long)stores, (unsigned long long)fl.split_stores,
+	       100.0 - 100.0 * (double)st.tier[0].data_bytes / (double)st.tier[0].used_bytes);
+	CHECK(fl.split_stores * 20 < stores);          /* fewer than 5% of folios split */
+	CHECK(st.tier[0].data_bytes * 2 > st.tier[0].used_bytes); /* clusters in use are mostly full */
+	for (size_t k = 0; k < SLOTS; k++)
+		if (ids[k])
+			CHECK_EQ(uswap_free(u, ids[k]), 0);
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
 	   T(test_file_writeback_and_swapoff),
 	   T(test_file_named_mode_and_corruption),
 	   T(test_file_threads),
-	   T(test_file_injected_eio))
+	   T(test_file_injected_eio),
+	   T(test_file_every_folio_size),
+	   T(test_file_writeback_stays_compressed),
+	   T(test_file_writeback_corruption_detected),
+	   T(test_file_writeback_under_pressure),
+	   T(test_file_swapoff_while_loading),
+	   T(test_file_eio_while_moving),
+	   T(test_file_punch_in_bulk),
+	   T(test_file_nothing_left_after_destroy),
+	   T(test_file_churn_fragmentation))
