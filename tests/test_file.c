@@ -24,7 +24,7 @@ static void fill(unsigned char *p, size_t len, unsigned seed)
 
 static void test_file_roundtrip_folios(void)
 {
-	static const size_t sizes[] = { 1, 2, 3, 16, 100, 512 };
+	static const size_t sizes[] = {1, 2, 3, 16, 100, 512};
 	struct uswap *u;
 	size_t max = 512 * USWAP_PAGE_SIZE;
 	unsigned char *a = malloc(max), *b = malloc(max);
@@ -165,7 +165,7 @@ static void test_file_threads(void)
 
 	CHECK_EQ(uswap_create(&u, "zpool:lz4:max=64M,file:size=64M"), 0);
 	for (int i = 0; i < 2; i++) {
-		m[i] = (struct mt_arg){ u, 1000u * (unsigned)(i + 1), 0 };
+		m[i] = (struct mt_arg){u, 1000u * (unsigned)(i + 1), 0};
 		CHECK_EQ(pthread_create(&t[i], NULL, mt_worker, &m[i]), 0);
 	}
 	for (int i = 0; i < 2; i++) {
@@ -197,7 +197,6 @@ static void test_file_injected_eio(void)
 	free(b);
 }
 
-
 /* Every folio size 1..512 through the file tier, each checked, with neighbours stored in between. */
 static void test_file_every_folio_size(void)
 {
@@ -211,7 +210,8 @@ static void test_file_every_folio_size(void)
 
 	CHECK_EQ(uswap_create(&u, "file:size=64M"), 0);
 	for (size_t n = 1; n <= 512; n++) {
-		unsigned char *dst = n % 2 ? b : b + 16; /* aligned: direct reads; not: through the bounce buffer */
+		unsigned char *dst =
+			n % 2 ? b : b + 16; /* aligned: direct reads; not: through the bounce buffer */
 
 		fill_pages(a, n, PK_RANDOM, seed_for(n));
 		CHECK_EQ(uswap_store(u, a, n, &keep[n - 1]), 0);
@@ -250,7 +250,7 @@ static void test_file_every_folio_size(void)
 static void test_file_writeback_stays_compressed(void)
 {
 	enum { N = 2000 };
-	struct uswap_options o = { .tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1};
 	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
 	static uswap_id_t ids[N];
 	struct file_layout fl;
@@ -293,7 +293,7 @@ static void test_file_writeback_stays_compressed(void)
 /* A pool object corrupted before writeback moves as it is, and its load from the file says so. */
 static void test_file_writeback_corruption_detected(void)
 {
-	struct uswap_options o = { .tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1};
 	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
 	struct uswap *u;
 	uswap_id_t id;
@@ -327,7 +327,7 @@ static void *press_worker(void *p)
 	enum { KEEP = 256 };
 	struct press_arg *m = p;
 	unsigned char *a = malloc(8 * USWAP_PAGE_SIZE), *b = malloc(8 * USWAP_PAGE_SIZE);
-	uswap_id_t ids[KEEP] = { 0 };
+	uswap_id_t ids[KEEP] = {0};
 	size_t np[KEEP];
 	uint64_t sd[KEEP];
 
@@ -368,7 +368,7 @@ static void test_file_writeback_under_pressure(void)
 
 	CHECK_EQ(uswap_create(&u, "zpool:lz4:max=1M,file:size=128M"), 0);
 	for (int i = 0; i < 2; i++) {
-		m[i] = (struct press_arg){ u, seed_for((uint64_t)i + 100) & 0xffffffffu, 0, 0 };
+		m[i] = (struct press_arg){u, seed_for((uint64_t)i + 100) & 0xffffffffu, 0, 0};
 		CHECK_EQ(pthread_create(&t[i], NULL, press_worker, &m[i]), 0);
 	}
 	for (int i = 0; i < 2; i++) {
@@ -415,7 +415,7 @@ static void *reader(void *p)
 static void test_file_swapoff_while_loading(void)
 {
 	enum { N = 1500 };
-	struct uswap_options o = { .tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1};
 	static uswap_id_t ids[N];
 	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE);
 	struct reader_arg r[2];
@@ -431,7 +431,7 @@ static void test_file_swapoff_while_loading(void)
 	}
 	CHECK_EQ(uswap_writeback(u, 0, N * 4), N * 4);
 	for (int i = 0; i < 2; i++) {
-		r[i] = (struct reader_arg){ u, ids, N, &stop, 0, 0 };
+		r[i] = (struct reader_arg){u, ids, N, &stop, 0, 0};
 		CHECK_EQ(pthread_create(&t[i], NULL, reader, &r[i]), 0);
 	}
 	CHECK_EQ(uswap_swapoff(u, 1), 0); /* file -> pool */
@@ -463,7 +463,7 @@ static void test_file_swapoff_while_loading(void)
 static void test_file_eio_while_moving(void)
 {
 	enum { N = 64 };
-	struct uswap_options o = { .tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1};
 	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
 	uswap_id_t ids[N];
 	struct uswap_stats st;
@@ -503,7 +503,7 @@ static void test_file_eio_while_moving(void)
 static void test_file_punch_in_bulk(void)
 {
 	enum { N = 48 };
-	struct uswap_options o = { .tiers = "file:size=256M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "file:size=256M", .no_background = 1};
 	unsigned char *a = malloc(512 * USWAP_PAGE_SIZE);
 	uswap_id_t ids[N];
 	struct file_layout fl;
@@ -567,7 +567,7 @@ static void test_file_nothing_left_after_destroy(void)
 static void test_file_churn_fragmentation(void)
 {
 	enum { SLOTS = 2048, OPS = 30000 };
-	struct uswap_options o = { .tiers = "file:size=64M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "file:size=64M", .no_background = 1};
 	static uswap_id_t ids[SLOTS];
 	static uint32_t np[SLOTS];
 	unsigned char *a = malloc(512 * USWAP_PAGE_SIZE), *b = malloc(512 * USWAP_PAGE_SIZE);
@@ -608,7 +608,7 @@ static void test_file_churn_fragmentation(void)
 	printf("     churn: %llu stores, %llu split, %.1f%% of the space in use is free slots\n",
 	       (unsigned long long)stores, (unsigned long long)fl.split_stores,
 	       100.0 - 100.0 * (double)st.tier[0].data_bytes / (double)st.tier[0].used_bytes);
-	CHECK(fl.split_stores * 20 < stores);          /* fewer than 5% of folios split */
+	CHECK(fl.split_stores * 20 < stores);                     /* fewer than 5% of folios split */
 	CHECK(st.tier[0].data_bytes * 2 > st.tier[0].used_bytes); /* clusters in use are mostly full */
 	for (size_t k = 0; k < SLOTS; k++)
 		if (ids[k])
@@ -619,16 +619,8 @@ static void test_file_churn_fragmentation(void)
 }
 
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
-	   T(test_file_writeback_and_swapoff),
-	   T(test_file_named_mode_and_corruption),
-	   T(test_file_threads),
-	   T(test_file_injected_eio),
-	   T(test_file_every_folio_size),
-	   T(test_file_writeback_stays_compressed),
-	   T(test_file_writeback_corruption_detected),
-	   T(test_file_writeback_under_pressure),
-	   T(test_file_swapoff_while_loading),
-	   T(test_file_eio_while_moving),
-	   T(test_file_punch_in_bulk),
-	   T(test_file_nothing_left_after_destroy),
-	   T(test_file_churn_fragmentation))
+	   T(test_file_writeback_and_swapoff), T(test_file_named_mode_and_corruption), T(test_file_threads),
+	   T(test_file_injected_eio), T(test_file_every_folio_size), T(test_file_writeback_stays_compressed),
+	   T(test_file_writeback_corruption_detected), T(test_file_writeback_under_pressure),
+	   T(test_file_swapoff_while_loading), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
+	   T(test_file_nothing_left_after_destroy), T(test_file_churn_fragmentation))

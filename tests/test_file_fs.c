@@ -44,7 +44,8 @@ static void setup(void)
 	snprintf(img, sizeof(img), "%s/fs.img", dir);
 	snprintf(img2, sizeof(img2), "%s/dev.img", dir);
 	mkdir(mnt, 0700);
-	snprintf(cmd, sizeof(cmd), "truncate -s 8M %s && mkfs.ext4 -q -F %s && mount -o loop %s %s", img, img, img, mnt);
+	snprintf(cmd, sizeof(cmd), "truncate -s 8M %s && mkfs.ext4 -q -F %s && mount -o loop %s %s", img, img,
+		 img, mnt);
 	if (run(cmd)) {
 		rmdir(mnt);
 		unlink(img);
@@ -96,7 +97,7 @@ static void test_fs_enospc_alone(void)
 			break;
 		n++;
 	}
-	CHECK_EQ(ret, -ENOSPC);     /* 8 MiB of file system, 64 MiB of file: the file system said so */
+	CHECK_EQ(ret, -ENOSPC); /* 8 MiB of file system, 64 MiB of file: the file system said so */
 	CHECK(n > 0 && n < MAX);
 	CHECK_EQ(uswap_store(u, a, 4, &ids[n]), -ENOSPC); /* and keeps saying so */
 	for (int i = 0; i < n; i++) {
@@ -121,7 +122,7 @@ static void test_fs_enospc_next_tier(void)
 	char spec[160];
 	static uswap_id_t ids[N];
 	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
-	struct uswap_options o = { .tiers = spec, .no_background = 1 };
+	struct uswap_options o = {.tiers = spec, .no_background = 1};
 	struct uswap_stats st;
 	struct uswap *u;
 	setup();
@@ -160,7 +161,7 @@ static void test_fs_block_device(void)
 	char spec[128];
 	uswap_id_t ids[N];
 	unsigned char *a = malloc(8 * USWAP_PAGE_SIZE), *b = malloc(8 * USWAP_PAGE_SIZE);
-	struct uswap_options o = { .tiers = spec, .no_background = 1 };
+	struct uswap_options o = {.tiers = spec, .no_background = 1};
 	struct uswap *u;
 	setup();
 

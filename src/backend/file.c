@@ -43,23 +43,23 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define SECTOR 512u
+#define SECTOR           512u
 #define SECTORS_PER_PAGE (PAGE_SIZE / SECTOR)
-#define FC_PAGES 512u /* 2 MiB clusters: one largest folio */
-#define FC_SECTORS (FC_PAGES * SECTORS_PER_PAGE)
-#define FC_BYTES ((uint64_t)FC_PAGES * PAGE_SIZE)
-#define FC_WORDS (FC_SECTORS / 64)
-#define FH_PACKED (1u << 31)
-#define FH_SECT_MASK ((1u << 28) - 1)         /* packed objects live in the first 128 GiB */
-#define FH_MAX_SLOTS FH_PACKED                 /* plain pages in the first 8 TiB */
-#define OBJ_HDR 8u                             /* owner (4), length (2), format (1), 0 (1) */
-#define OBJ_MAX_SECTORS 8u
-#define FILE_QD 64u                            /* ring entries; bigger batches are submitted in parts */
-#define WB_BYTES (1u << 20)                    /* staging of written-back objects: one write each flush */
-#define PUNCH_KEEP 8u      /* free clusters kept backed by file system blocks for quick reuse */
-#define PUNCH_BATCH 8u     /* punch when this many more are free: the space goes back in bulk */
-#define PACKED_REUSE_PCT 75 /* a packed cluster at most this full may become the writeback cluster */
-#define NIL UINT32_MAX
+#define FC_PAGES         512u /* 2 MiB clusters: one largest folio */
+#define FC_SECTORS       (FC_PAGES * SECTORS_PER_PAGE)
+#define FC_BYTES         ((uint64_t)FC_PAGES * PAGE_SIZE)
+#define FC_WORDS         (FC_SECTORS / 64)
+#define FH_PACKED        (1u << 31)
+#define FH_SECT_MASK     ((1u << 28) - 1) /* packed objects live in the first 128 GiB */
+#define FH_MAX_SLOTS     FH_PACKED        /* plain pages in the first 8 TiB */
+#define OBJ_HDR          8u               /* owner (4), length (2), format (1), 0 (1) */
+#define OBJ_MAX_SECTORS  8u
+#define FILE_QD          64u        /* ring entries; bigger batches are submitted in parts */
+#define WB_BYTES         (1u << 20) /* staging of written-back objects: one write each flush */
+#define PUNCH_KEEP       8u         /* free clusters kept backed by file system blocks for quick reuse */
+#define PUNCH_BATCH      8u         /* punch when this many more are free: the space goes back in bulk */
+#define PACKED_REUSE_PCT 75         /* a packed cluster at most this full may become the writeback cluster */
+#define NIL              UINT32_MAX
 
 enum fc_kind { FC_FREE, FC_PAGES_KIND, FC_PACKED_KIND, FC_PUNCHING };
 enum fc_list { L_CLEAN, L_BACKED, L_PAGES, L_PACKED, NR_LISTS, L_NONE = NR_LISTS };
@@ -110,7 +110,7 @@ struct file_tier {
 	uint32_t clusters_in_use;
 	uint64_t split_stores, punched_clusters, punch_calls;
 	uint32_t pk_cur, pk_cursor; /* writeback cluster and next sector in it */
-	_Atomic uint32_t gen;         /* bumped after every write: readahead windows check it */
+	_Atomic uint32_t gen;       /* bumped after every write: readahead windows check it */
 
 	unsigned nr_ctx;
 	struct fctx *ctx;
@@ -118,7 +118,7 @@ struct file_tier {
 	pthread_mutex_t wb_lock; /* staging and its ring */
 	struct io_uring wb_ring;
 	unsigned char *wb_buf;
-	uint32_t wb_base, wb_len; /* sectors staged: [wb_base, wb_base + wb_len) */
+	uint32_t wb_base, wb_len;      /* sectors staged: [wb_base, wb_base + wb_len) */
 	_Atomic uint32_t wb_lo, wb_hi; /* published copy of the staged range, for lock-free misses */
 	bool wb_failed;
 
@@ -239,11 +239,12 @@ static void cl_relist(struct file_tier *f, uint32_t ci)
 static int punch(struct file_tier *f, uint64_t off, uint64_t len)
 {
 	if (f->blkdev) {
-		uint64_t r[2] = { off, len };
+		uint64_t r[2] = {off, len};
 
 		return ioctl(f->fd, BLKDISCARD, r) ? -errno : 0;
 	}
-	return fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) ? -errno : 0;
+	return fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) ? -errno
+												    : 0;
 }
 
 /* A free cluster made ready for @kind (backed by blocks first); NIL when none, -errno in *err. */
@@ -590,7 +591,8 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		if (f->path[0])
 			unlink(f->path);
 		file_free(f);
-		return err_set(ret, "file: cannot size '%s': %s", path[0] ? path : "a tmpfile", strerror(-ret));
+		return err_set(ret, "file: cannot size '%s': %s", path[0] ? path : "a tmpfile",
+			       strerror(-ret));
 	}
 	f->nr_clusters = (uint32_t)((f->nr_slots + FC_PAGES - 1) / FC_PAGES);
 	ret = -ENOMEM;
@@ -678,7 +680,8 @@ static void file_close(struct backend *b)
 
 /* ---- store / load / release ---- */
 
-static ssize_t file_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
+static ssize_t file_store(struct backend *b, const void *src, size_t npages, uint32_t owner,
+			  uint64_t *handles)
 {
 	struct file_tier *f = b->priv;
 	struct fctx *x = ctx_get(f);
@@ -720,7 +723,8 @@ static ssize_t file_store(struct backend *b, const void *src, size_t npages, uin
 }
 
 /* Check and unpack the object at @obj (as read from sector @sect) into the page @dst. */
-static int obj_unpack(struct codec_dctx *d, const unsigned char *obj, uint32_t owner, unsigned nsect, void *dst)
+static int obj_unpack(struct codec_dctx *d, const unsigned char *obj, uint32_t owner, unsigned nsect,
+		      void *dst)
 {
 	uint32_t o;
 	uint16_t len;
@@ -769,14 +773,18 @@ static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles,
 			unsigned ns = h_nsect(handles[i]);
 
 			if (!wb_copy(f, h_sector(handles[i]), ns, x->bounce + i * PAGE_SIZE))
-				io[nio++] = (struct fio){ x->bounce + i * PAGE_SIZE, (uint64_t)h_sector(handles[i]) * SECTOR,
-							  ns * SECTOR, false };
+				io[nio++] = (struct fio){x->bounce + i * PAGE_SIZE,
+							 (uint64_t)h_sector(handles[i]) * SECTOR, ns * SECTOR,
+							 false};
 		} else {
-			void *buf = dio_aligned(out + i * PAGE_SIZE) ? out + i * PAGE_SIZE : x->bounce + i * PAGE_SIZE;
+			void *buf = dio_aligned(out + i * PAGE_SIZE) ? out + i * PAGE_SIZE
+								     : x->bounce + i * PAGE_SIZE;
 
-			while (i + n < npages && handles[i + n] == handles[i] + n && !h_packed(handles[i + n]))
+			while (i + n < npages && handles[i + n] == handles[i] + n &&
+			       !h_packed(handles[i + n]))
 				n++;
-			io[nio++] = (struct fio){ buf, handles[i] * PAGE_SIZE, (uint32_t)(n * PAGE_SIZE), false };
+			io[nio++] =
+				(struct fio){buf, handles[i] * PAGE_SIZE, (uint32_t)(n * PAGE_SIZE), false};
 		}
 		i += n;
 		if (nio == sizeof(io) / sizeof(io[0]) || i == npages) {
@@ -786,8 +794,8 @@ static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles,
 	}
 	for (i = 0; i < npages && !ret; i++) {
 		if (h_packed(handles[i]))
-			ret = obj_unpack(&x->dctx, x->bounce + i * PAGE_SIZE, owner + (uint32_t)i, h_nsect(handles[i]),
-					 out + i * PAGE_SIZE);
+			ret = obj_unpack(&x->dctx, x->bounce + i * PAGE_SIZE, owner + (uint32_t)i,
+					 h_nsect(handles[i]), out + i * PAGE_SIZE);
 		else if (!dio_aligned(out + i * PAGE_SIZE))
 			memcpy(out + i * PAGE_SIZE, x->bounce + i * PAGE_SIZE, PAGE_SIZE);
 	}
@@ -814,7 +822,7 @@ static void file_release(struct backend *b, uint32_t owner, uint64_t handle)
 static int wb_write(struct file_tier *f)
 {
 	uint64_t off = (uint64_t)f->wb_base * SECTOR;
-	struct fio io = { f->wb_buf, off, f->wb_len * SECTOR, true };
+	struct fio io = {f->wb_buf, off, f->wb_len * SECTOR, true};
 	int ret;
 
 	if (!f->wb_len)

@@ -23,9 +23,9 @@
 #include "util/pagegen.h"
 #include "uswap.h"
 
-#define PS USWAP_PAGE_SIZE
-#define FOLIO 64
-#define NR_LAT 4000
+#define PS        USWAP_PAGE_SIZE
+#define FOLIO     64
+#define NR_LAT    4000
 #define SRC_PAGES 8192 /* 32 MiB of distinct pages, stored round and round */
 
 static int cmp_double(const void *a, const void *b)
@@ -58,7 +58,8 @@ static int raw_read(struct io_uring *r, int fd, void *buf, size_t len, uint64_t 
 		while (sub < nr && sub - done < qd) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(r);
 
-			io_uring_prep_read(sqe, fd, (char *)buf + (sub % qd) * len, (unsigned)len, off + sub * len);
+			io_uring_prep_read(sqe, fd, (char *)buf + (sub % qd) * len, (unsigned)len,
+					   off + sub * len);
 			sub++;
 		}
 		if (io_uring_submit_and_wait(r, 1) < 0 || io_uring_wait_cqe(r, &cqe))
@@ -99,7 +100,7 @@ static unsigned char *src_pages(void)
 
 static int phase_plain(struct result *r, const unsigned char *src, size_t nfolios, uint64_t size)
 {
-	struct uswap_options o = { .no_background = 1 };
+	struct uswap_options o = {.no_background = 1};
 	static double lraw[NR_LAT], llay[NR_LAT];
 	char spec[128];
 	struct uswap *u;
@@ -111,8 +112,8 @@ static int phase_plain(struct result *r, const unsigned char *src, size_t nfolio
 	double t;
 	int ret = 1;
 
-	snprintf(spec, sizeof(spec), "file:size=%llu,zpool:lz4:max=%llu", (unsigned long long)(size + (64 << 20)),
-		 (unsigned long long)size);
+	snprintf(spec, sizeof(spec), "file:size=%llu,zpool:lz4:max=%llu",
+		 (unsigned long long)(size + (64 << 20)), (unsigned long long)size);
 	o.tiers = spec;
 	if (!ids || buf == MAP_FAILED || uswap_create_opts(&u, &o))
 		return fprintf(stderr, "uswap: bench file: %s\n", uswap_errmsg()), 1;
@@ -158,7 +159,8 @@ static int phase_plain(struct result *r, const unsigned char *src, size_t nfolio
 		goto out_ring;
 	r->swapoff_plain_mb_s = (double)used / (cli_now() - t) / 1e6;
 	for (size_t i = 0; i < nfolios; i += nfolios / 97 + 1) {
-		if (uswap_load(u, ids[i], buf, FOLIO) || memcmp(buf, src + (i * FOLIO % SRC_PAGES) * PS, FOLIO * PS))
+		if (uswap_load(u, ids[i], buf, FOLIO) ||
+		    memcmp(buf, src + (i * FOLIO % SRC_PAGES) * PS, FOLIO * PS))
 			goto out_ring;
 	}
 	ret = 0;
@@ -175,7 +177,7 @@ out:
 
 static int phase_packed(struct result *r, const unsigned char *src, size_t nfolios, uint64_t size)
 {
-	struct uswap_options o = { .no_background = 1 };
+	struct uswap_options o = {.no_background = 1};
 	char spec[128];
 	struct uswap *u;
 	struct file_layout fl;
@@ -210,7 +212,8 @@ static int phase_packed(struct result *r, const unsigned char *src, size_t nfoli
 	r->swapoff_mb_s = (double)pages * PS / t / 1e6;
 	r->swapoff_file_mb_s = (double)fl.clusters_packed * (2 << 20) / t / 1e6;
 	for (size_t i = 0; i < nfolios; i += nfolios / 97 + 1) {
-		if (uswap_load(u, ids[i], buf, FOLIO) || memcmp(buf, src + (i * FOLIO % SRC_PAGES) * PS, FOLIO * PS))
+		if (uswap_load(u, ids[i], buf, FOLIO) ||
+		    memcmp(buf, src + (i * FOLIO % SRC_PAGES) * PS, FOLIO * PS))
 			goto out;
 	}
 	ret = 0;
@@ -227,7 +230,7 @@ out:
 static int phase_churn(struct result *r, const unsigned char *src)
 {
 	enum { SLOTS = 4096, OPS = 60000 };
-	struct uswap_options o = { .tiers = "file:size=256M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "file:size=256M", .no_background = 1};
 	static uswap_id_t ids[SLOTS];
 	static uint32_t npg[SLOTS];
 	uint64_t seed = 7, held = 0, cap = 256ull << 20, stores = 0, samples = 0;
@@ -251,7 +254,10 @@ static int phase_churn(struct result *r, const unsigned char *src)
 		if (held > cap * 8 / 10)
 			continue;
 		uint64_t x = rnd(&seed) % 100;
-		uint32_t n = x < 60 ? 1 : x < 85 ? 1 + (uint32_t)(rnd(&seed) % 16) : x < 97 ? 16 + (uint32_t)(rnd(&seed) % 112) : 512;
+		uint32_t n = x < 60   ? 1
+			     : x < 85 ? 1 + (uint32_t)(rnd(&seed) % 16)
+			     : x < 97 ? 16 + (uint32_t)(rnd(&seed) % 112)
+				      : 512;
 
 		if (uswap_store(u, src + (rnd(&seed) % (SRC_PAGES - 512)) * PS, n, &ids[k]) == 0) {
 			npg[k] = n;
@@ -263,7 +269,9 @@ static int phase_churn(struct result *r, const unsigned char *src)
 		if (op % 1000 == 999) {
 			uswap_maintain(u);
 			uswap_stats(u, &st);
-			double f = st.tier[0].used_bytes ? 1.0 - (double)st.tier[0].data_bytes / (double)st.tier[0].used_bytes : 0;
+			double f = st.tier[0].used_bytes ? 1.0 - (double)st.tier[0].data_bytes /
+									   (double)st.tier[0].used_bytes
+							 : 0;
 
 			frag_sum += f;
 			samples++;
@@ -282,7 +290,7 @@ static int phase_churn(struct result *r, const unsigned char *src)
 
 int bench_file(int argc, char **argv)
 {
-	struct result r = { 0 };
+	struct result r = {0};
 	uint64_t size = 1ull << 30;
 	bool json = false;
 	unsigned char *src;
@@ -291,11 +299,12 @@ int bench_file(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = true;
-		else if (!strcmp(argv[i], "--size") && i + 1 < argc && !uswap_parse_size(argv[i + 1], 0, &size) &&
-			 size >= (16u << 20))
+		else if (!strcmp(argv[i], "--size") && i + 1 < argc &&
+			 !uswap_parse_size(argv[i + 1], 0, &size) && size >= (16u << 20))
 			i++;
 		else
-			return cli_usage_error("bench file: unknown or malformed argument \"%s\" (--json, --size SIZE >= 16M)",
+			return cli_usage_error("bench file: unknown or malformed argument \"%s\" (--json, "
+					       "--size SIZE >= 16M)",
 					       argv[i]);
 	}
 	nfolios = size / (FOLIO * PS);
@@ -311,33 +320,43 @@ int bench_file(int argc, char **argv)
 			LZ4_compress_default((const char *)src + i * PS, out, PS, (int)sizeof(out));
 		r.lz4_mb_s = (double)SRC_PAGES * PS / (cli_now() - t) / 1e6;
 	}
-	if (phase_plain(&r, src, nfolios, size) || phase_packed(&r, src, nfolios, size) || phase_churn(&r, src)) {
+	if (phase_plain(&r, src, nfolios, size) || phase_packed(&r, src, nfolios, size) ||
+	    phase_churn(&r, src)) {
 		free(src);
 		return 1;
 	}
 	free(src);
 	if (json)
-		printf("{\"size_bytes\": %llu, \"device_seq_read_mb_s\": %.1f, \"device_randread_4k_us\": %.2f, "
-		       "\"device_randread_4k_p99_us\": %.2f, \"load_4k_p50_us\": %.2f, \"load_4k_p99_us\": %.2f, "
+		printf("{\"size_bytes\": %llu, \"device_seq_read_mb_s\": %.1f, \"device_randread_4k_us\": "
+		       "%.2f, "
+		       "\"device_randread_4k_p99_us\": %.2f, \"load_4k_p50_us\": %.2f, \"load_4k_p99_us\": "
+		       "%.2f, "
 		       "\"load_vs_device\": %.3f, \"load_folio_mb_s\": %.1f, \"store_mb_s\": %.1f, "
 		       "\"swapoff_mb_s\": %.1f, \"swapoff_vs_seq_read\": %.3f, \"swapoff_file_mb_s\": %.1f, "
-		       "\"swapoff_plain_mb_s\": %.1f, \"swapoff_plain_vs_seq_read\": %.3f, \"raw_lz4_compress_mb_s\": %.1f, \"writeback_mb_s\": %.1f, "
-		       "\"writeback_file_bytes\": %.0f, \"writeback_ratio\": %.3f, \"churn_fragmentation_avg\": %.4f, "
-		       "\"churn_fragmentation_max\": %.4f, \"churn_split_folio_ratio\": %.4f, \"churn_punched_clusters\": %llu}\n",
+		       "\"swapoff_plain_mb_s\": %.1f, \"swapoff_plain_vs_seq_read\": %.3f, "
+		       "\"raw_lz4_compress_mb_s\": %.1f, \"writeback_mb_s\": %.1f, "
+		       "\"writeback_file_bytes\": %.0f, \"writeback_ratio\": %.3f, "
+		       "\"churn_fragmentation_avg\": %.4f, "
+		       "\"churn_fragmentation_max\": %.4f, \"churn_split_folio_ratio\": %.4f, "
+		       "\"churn_punched_clusters\": %llu}\n",
 		       (unsigned long long)size, r.seq_mb_s, r.rand_p50, r.rand_p99, r.load_p50, r.load_p99,
-		       r.load_p50 / r.rand_p50, r.load_mb_s, r.store_mb_s, r.swapoff_mb_s, r.swapoff_mb_s / r.seq_mb_s,
-		       r.swapoff_file_mb_s, r.swapoff_plain_mb_s, r.swapoff_plain_mb_s / r.seq_mb_s, r.lz4_mb_s,
-		       r.writeback_mb_s, r.file_bytes_compressed, r.file_bytes_compressed / (double)(nfolios * FOLIO * PS), r.frag,
-		       r.frag_max, r.split_ratio, (unsigned long long)r.punched);
+		       r.load_p50 / r.rand_p50, r.load_mb_s, r.store_mb_s, r.swapoff_mb_s,
+		       r.swapoff_mb_s / r.seq_mb_s, r.swapoff_file_mb_s, r.swapoff_plain_mb_s,
+		       r.swapoff_plain_mb_s / r.seq_mb_s, r.lz4_mb_s, r.writeback_mb_s,
+		       r.file_bytes_compressed, r.file_bytes_compressed / (double)(nfolios * FOLIO * PS),
+		       r.frag, r.frag_max, r.split_ratio, (unsigned long long)r.punched);
 	else
 		printf("device: seq read %.1f MB/s, 4K random read p50 %.2f us (p99 %.2f)\n"
 		       "layer:  4K load p50 %.2f us (%.2fx device), p99 %.2f us; store %.1f MB/s\n"
-		       "swapoff pool<-file (compressed in the file): %.1f MB/s of pages (%.2fx seq read), %.1f MB/s of file\n"
-		       "swapoff pool<-file (plain pages): %.1f MB/s (%.2fx seq read; plain lz4 %.1f MB/s); writeback %.1f MB/s\n"
-		       "churn: fragmentation avg %.2f%% max %.2f%%, split folios %.2f%%, clusters punched %llu\n",
-		       r.seq_mb_s, r.rand_p50, r.rand_p99, r.load_p50, r.load_p50 / r.rand_p50, r.load_p99, r.store_mb_s,
-		       r.swapoff_mb_s, r.swapoff_mb_s / r.seq_mb_s, r.swapoff_file_mb_s, r.swapoff_plain_mb_s,
-		       r.swapoff_plain_mb_s / r.seq_mb_s, r.lz4_mb_s, r.writeback_mb_s, r.frag * 100, r.frag_max * 100,
-		       r.split_ratio * 100, (unsigned long long)r.punched);
+		       "swapoff pool<-file (compressed in the file): %.1f MB/s of pages (%.2fx seq read), "
+		       "%.1f MB/s of file\n"
+		       "swapoff pool<-file (plain pages): %.1f MB/s (%.2fx seq read; plain lz4 %.1f MB/s); "
+		       "writeback %.1f MB/s\n"
+		       "churn: fragmentation avg %.2f%% max %.2f%%, split folios %.2f%%, clusters punched "
+		       "%llu\n",
+		       r.seq_mb_s, r.rand_p50, r.rand_p99, r.load_p50, r.load_p50 / r.rand_p50, r.load_p99,
+		       r.store_mb_s, r.swapoff_mb_s, r.swapoff_mb_s / r.seq_mb_s, r.swapoff_file_mb_s,
+		       r.swapoff_plain_mb_s, r.swapoff_plain_mb_s / r.seq_mb_s, r.lz4_mb_s, r.writeback_mb_s,
+		       r.frag * 100, r.frag_max * 100, r.split_ratio * 100, (unsigned long long)r.punched);
 	return 0;
 }
