@@ -164,9 +164,10 @@ uint32_t desc_alloc(struct desc_table *t, unsigned n)
 		}
 	}
 	while (t->hwm < t->nr_clusters) {
-		ci = t->hwm++;
-		memset(&t->clusters[ci], 0, sizeof(t->clusters[ci]));
+		ci = t->hwm;
+		memset(&t->clusters[ci], 0, sizeof(t->clusters[ci])); /* before lock-free readers see it */
 		t->clusters[ci].nr_free = DESC_CLUSTER;
+		atomic_store_explicit(&t->hwm, ci + 1, memory_order_release);
 		list_add(t, ci);
 		if (ci == 0) /* id 0 is never valid */
 			take(t, 0, 0, 1);

@@ -43,6 +43,7 @@ struct desc_cluster {
 	uint32_t prev, next; /* partial-cluster list */
 	uint16_t nr_free;
 	uint8_t on_list;
+	_Atomic uint8_t tiers; /* bit t: a page of tier t may be here (set after publish, cleared by swapoff) */
 };
 
 struct desc_table {
@@ -73,6 +74,35 @@ static inline struct swap_desc *desc_get(struct desc_table *t, uint32_t id)
 static inline unsigned desc_tier(uint32_t meta)
 {
 	return (meta & DESC_TIER_MASK) >> DESC_TIER_SHIFT;
+}
+
+/*
+ * desc_note_tier() - record that descriptor @id now holds a page of tier @tier, after its meta is
+ * published: swapoff of a tier scans only the clusters whose bit is set, so its cost follows what
+ * the tier holds (in 512-descriptor clusters), not everything swapped.
+ */
+static inline void desc_note_tier(struct desc_table *t, uint32_t id, unsigned tier)
+{
+	atomic_fetch_or_explicit(&t->clusters[id / DESC_CLUSTER].tiers, (uint8_t)(1u << tier), memory_order_release);
+}
+
+/* Clusters ever used (the scan range of swapoff), and whether cluster @ci may hold pages of @tier. */
+static inline uint32_t desc_nr_clusters(struct desc_table *t)
+{
+	return atomic_load_explicit(&t->hwm, memory_order_acquire);
+}
+
+static inline bool desc_tier_bit(struct desc_table *t, uint32_t ci, unsigned tier)
+{
+	return atomic_load_explicit(&t->clusters[ci].tiers, memory_order_acquire) & (1u << tier);
+}
+
+/* desc_take_tier_bit() - clear and return whether cluster @ci may hold pages of @tier (swapoff). */
+static inline bool desc_take_tier_bit(struct desc_table *t, uint32_t ci, unsigned tier)
+{
+	uint8_t bit = (uint8_t)(1u << tier);
+
+	return atomic_fetch_and_explicit(&t->clusters[ci].tiers, (uint8_t)~bit, memory_order_acq_rel) & bit;
 }
 
 static inline unsigned desc_npages(uint32_t meta)

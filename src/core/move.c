@@ -48,7 +48,7 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 	ssize_t len = PAGE_SIZE;
 	uint64_t h, nh = 0;
 	uint32_t m;
-	unsigned t;
+	unsigned t = 0;
 	int ret;
 
 	if (wait)
@@ -115,6 +115,8 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 	ret = 1;
 out_unlock:
 	desc_unlock(d, m);
+	if (ret == 1)
+		desc_note_tier(&u->descs, id, t);
 	return ret;
 }
 
@@ -173,15 +175,20 @@ static uint64_t *swapoff_order(struct uswap *u, unsigned tier, size_t *n)
 {
 	size_t cap = (size_t)atomic_load(&u->tier[tier].nr_pages) + 64, k = 0;
 	uint64_t *keys = ualloc(cap * sizeof(*keys));
+	uint32_t nr_clusters = desc_nr_clusters(&u->descs);
 
 	if (!keys)
 		return NULL;
-	for (uint64_t id = 1; desc_id_valid(&u->descs, id) && k < cap; id++) {
-		struct swap_desc *d = desc_get(&u->descs, (uint32_t)id);
-		uint32_t m = atomic_load_explicit(&d->meta, memory_order_acquire);
+	for (uint32_t ci = 0; ci < nr_clusters && k < cap; ci++) {
+		if (!desc_tier_bit(&u->descs, ci, tier))
+			continue;
+		for (uint32_t id = ci * DESC_CLUSTER; id < (ci + 1) * DESC_CLUSTER && k < cap; id++) {
+			struct swap_desc *d = desc_get(&u->descs, id);
+			uint32_t m = atomic_load_explicit(&d->meta, memory_order_acquire);
 
-		if ((m & DESC_LIVE) && desc_tier(m) == tier)
-			keys[k++] = (uint64_t)d->handle << 32 | id; /* a stale handle only costs order */
+			if ((m & DESC_LIVE) && desc_tier(m) == tier)
+				keys[k++] = (uint64_t)d->handle << 32 | id; /* a stale handle only costs order */
+		}
 	}
 	qsort(keys, k, sizeof(*keys), cmp_u64);
 	*n = k;
@@ -198,7 +205,10 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 		return err_set(-EINVAL, "no tier %u (the stack has %u)", tier, u->nr_tiers);
 	atomic_store(&u->tier[tier].off, true);
 	pthread_mutex_lock(&u->move_lock);
-	/* Cost: two passes over the descriptors in use, plus one move per page the tier holds. */
+	/*
+	 * Cost: the descriptor clusters that hold pages of the tier (a bit per cluster and tier), twice,
+	 * plus one move per page the tier holds.
+	 */
 	order = backend_has(&u->tier[tier], BACKEND_INLINE) ? NULL : swapoff_order(u, tier, &n);
 	for (size_t i = 0; i < n; i++) {
 		move_page(u, (uint32_t)order[i], tier, 0, true);
@@ -206,18 +216,31 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 			flush_tiers(u, tier);
 	}
 	ufree(order);
-	/* What the ordered pass could not move (or a store that raced with "off"): again, and count. */
-	for (uint64_t id = 1; desc_id_valid(&u->descs, id); id++) {
-		uint32_t m = atomic_load_explicit(&desc_get(&u->descs, (uint32_t)id)->meta, memory_order_relaxed);
-		int ret;
+	/*
+	 * What the ordered pass could not move (or a store that raced with "off"): again, and count. A
+	 * cluster's bit is cleared before its scan; a store publishing later sets it again.
+	 */
+	uint32_t nr_clusters = desc_nr_clusters(&u->descs);
+	for (uint32_t ci = 0; ci < nr_clusters; ci++) {
+		bool left = false;
 
-		if (!(m & DESC_LIVE) || desc_tier(m) != tier)
+		if (!desc_take_tier_bit(&u->descs, ci, tier))
 			continue;
-		ret = move_page(u, (uint32_t)id, tier, 0, true);
-		if (ret < 0) {
-			stuck++;
-			last = ret;
+		for (uint32_t id = ci * DESC_CLUSTER; id < (ci + 1) * DESC_CLUSTER; id++) {
+			uint32_t m = atomic_load_explicit(&desc_get(&u->descs, id)->meta, memory_order_acquire);
+			int ret;
+
+			if (!(m & DESC_LIVE) || desc_tier(m) != tier)
+				continue;
+			ret = move_page(u, id, tier, 0, true);
+			if (ret < 0) {
+				stuck++;
+				last = ret;
+				left = true;
+			}
 		}
+		if (left)
+			desc_note_tier(&u->descs, ci * DESC_CLUSTER, tier);
 	}
 	flush_tiers(u, tier);
 	pthread_mutex_unlock(&u->move_lock);

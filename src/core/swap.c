@@ -197,6 +197,10 @@ int uswap_store(struct uswap *u, const void *src, size_t npages, uswap_id_t *idp
 		desc_set_handle(d, backend_has(&u->tier[tiers[j]], BACKEND_INLINE), handles[j], csums[j]);
 		desc_unlock(d, meta_live(m, tiers[j]));
 	}
+	/* after publishing: swapoff finds the tiers of each descriptor cluster */
+	for (size_t j = 0; j < npages; j++)
+		if (!j || tiers[j] != tiers[j - 1] || (id + (uint32_t)j) % DESC_CLUSTER == 0)
+			desc_note_tier(&u->descs, id + (uint32_t)j, tiers[j]);
 	atomic_fetch_add(&u->stores, 1);
 	atomic_fetch_add(&u->folios, 1);
 	*idp = id;
