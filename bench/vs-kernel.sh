@@ -136,7 +136,7 @@ run_one() {
 jfield() { sed -n "s/.*\"$2\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" <<<"$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'; }
 
-declare -A med majflt rss status
+declare -A med majflt rss status oom
 all_json=()
 for mode in $modes; do
 	if [ "$mode" = uswap ] && ! "$uswap" run --help >/dev/null 2>&1; then
@@ -146,12 +146,12 @@ for mode in $modes; do
 	fi
 	setup_mode "$mode"
 	for pat in $patterns; do
-		vals=() st=ok
+		vals=() st=ok ooms=0
 		for ((r = 1; r <= runs; r++)); do
 			j=$(run_one "$mode" "$pat")
 			all_json+=("$j")
 			rc=$(jfield "$j" exit)
-			if [ "$rc" = 137 ] || [ "$rc" = 9 ]; then st=OOM-killed
+			if [ "$rc" = 137 ] || [ "$rc" = 9 ]; then ooms=$((ooms + 1)); continue
 			elif [ "$rc" != 0 ]; then st="exit $rc"
 			elif [ "$(jfield "$j" verified)" != true ]; then st="BAD DATA"
 			fi
@@ -160,8 +160,11 @@ for mode in $modes; do
 			rss[$mode.$pat]=$(jfield "$j" maxrss_kb)
 			echo "  $mode $pat run $r: $(jfield "$j" touches_per_s) touches/s, exit $rc" >&2
 		done
-		med[$mode.$pat]=$(printf '%s\n' "${vals[@]}" | median)
+		# the median of the runs that completed; OOM kills are counted and shown
+		med[$mode.$pat]=$( [ ${#vals[@]} -gt 0 ] && printf '%s\n' "${vals[@]}" | median || echo 0)
+		[ ${#vals[@]} -eq 0 ] && [ "$st" = ok ] && st=OOM-killed
 		status[$mode.$pat]=$st
+		oom[$mode.$pat]=$ooms
 	done
 	swap_off_all_ours
 done
@@ -171,7 +174,9 @@ for mode in $modes; do
 	printf '%-9s' "$mode"
 	for pat in $patterns; do
 		if [ "${status[$mode.$pat]:-n/a}" = ok ]; then
-			printf ' %14s %9s %9s' "${med[$mode.$pat]}" "${majflt[$mode.$pat]}" "$(( ${rss[$mode.$pat]:-0} / 1024 ))"
+			t=${med[$mode.$pat]}
+			[ "${oom[$mode.$pat]:-0}" -gt 0 ] && t="$t(${oom[$mode.$pat]}oom)"
+			printf ' %14s %9s %9s' "$t" "${majflt[$mode.$pat]}" "$(( ${rss[$mode.$pat]:-0} / 1024 ))"
 		else
 			printf ' %34s' "${status[$mode.$pat]:-n/a}"
 		fi
@@ -185,7 +190,8 @@ done
 	first=1
 	for mode in $modes; do for pat in $patterns; do
 		[ $first = 1 ] || printf ','; first=0
-		printf '"%s.%s":{"touches_per_s":%s,"status":"%s"}' "$mode" "$pat" "${med[$mode.$pat]:-0}" "${status[$mode.$pat]:-n/a}"
+		printf '"%s.%s":{"touches_per_s":%s,"status":"%s","oom_kills":%s}' "$mode" "$pat" "${med[$mode.$pat]:-0}" \
+			"${status[$mode.$pat]:-n/a}" "${oom[$mode.$pat]:-0}"
 	done; done
 	printf '},"uswap_vs_zswap":{'
 	first=1
@@ -193,6 +199,17 @@ done
 		[ $first = 1 ] || printf ','; first=0
 		u=${med[uswap.$pat]:-0} z=${med[zswap.$pat]:-0}
 		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
+	done
+	printf '},"uswap_vs_best_kernel":{'
+	first=1
+	for pat in $patterns; do
+		[ $first = 1 ] || printf ','; first=0
+		u=${med[uswap.$pat]:-0} b=0
+		for km in zswap zram; do
+			[ "${status[$km.$pat]:-}" = ok ] && [ "${oom[$km.$pat]:-0}" = 0 ] && \
+				b=$(awk -v a="$b" -v c="${med[$km.$pat]:-0}" 'BEGIN {print (c > a ? c : a)}')
+		done
+		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v b="$b" 'BEGIN {print (b > 0 ? u / b : 0)}')"
 	done
 	printf '},"runs_detail":[%s]}\n' "$(IFS=,; echo "${all_json[*]}")"
 } > "$out"
