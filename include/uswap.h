@@ -129,6 +129,106 @@ struct uswap_stats {
 /* uswap_stats() - a snapshot of the counters. Return: 0. */
 int uswap_stats(struct uswap *u, struct uswap_stats *st);
 
+/*
+ * Memory regions (mm): program memory registered with userfaultfd and kept under a resident limit.
+ * Pages beyond the limit are evicted through a swap layer that the instance owns (built from @tiers)
+ * and come back on the next touch, from any thread, also when the kernel touches them (read(2) into
+ * swapped memory works). Needs userfaultfd with kernel-mode faults (root, CAP_SYS_PTRACE,
+ * vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd) and Linux 6.8 (UFFDIO_MOVE).
+ * Fork: uswap_mm brings every page of the parent in before fork(), so the child starts with plain
+ * memory holding exactly the parent's data; the child must not use the parent's instance.
+ */
+struct uswap_mm;
+
+/* Options of uswap_mm_create(); zero means "default" for every field. */
+struct uswap_mm_options {
+	uint64_t limit_bytes;          /* resident limit of all regions (0: none) */
+	const char *tiers;             /* tier string of the swap layer, see uswap_create() */
+	size_t folio_bytes;            /* default folio of regions: 4 KiB..2 MiB, a power of two (4 KiB) */
+	unsigned nr_threads;           /* fault handler threads (one per online CPU, each pinned to it) */
+	unsigned fault_around_pages;   /* a first touch zero-fills up to this many untouched pages (16; 1 off) */
+	unsigned inactive_percent;     /* share of the limit kept inactive for second chances (12) */
+	uint64_t max_swap_pages;       /* the swap layer's descriptor capacity (its default) */
+};
+
+/*
+ * uswap_mm_create() - start an instance: its swap layer, its userfaultfds, fault handler threads
+ * (pinned one per CPU) and a reclaim thread.
+ * Return: 0 and *out set; -EPERM userfaultfd is not available for kernel-mode faults to this process
+ * (uswap_errmsg() says what to change); -EOPNOTSUPP the kernel lacks UFFDIO_MOVE or write-protection
+ * of anonymous memory; -EINVAL bad option or tier string; -ENOMEM.
+ */
+int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *opts);
+
+/*
+ * uswap_mm_destroy() - stop the threads; memory from uswap_map() is unmapped, ranges given to
+ * uswap_register() get all their pages back and are plain memory again; then the swap layer goes.
+ * Context: no other thread may use @m or its regions any more.
+ */
+void uswap_mm_destroy(struct uswap_mm *m);
+
+/*
+ * uswap_map() - @len bytes (rounded up to pages) of memory that behaves like private anonymous memory
+ * (zero on first touch) under the limit of @m. @folio_bytes: unit of eviction and swap-in for this
+ * region (0: the instance's default); the mapping is aligned to it.
+ * Return: 0 and *out set; -EINVAL bad length or folio; -ENOMEM; -ECHILD called in a fork child.
+ */
+int uswap_map(struct uswap_mm *m, size_t len, size_t folio_bytes, void **out);
+
+/* uswap_unmap() - like munmap() of [addr, addr + len), and every swapped page of it is freed. Return: 0; -EINVAL. */
+int uswap_unmap(struct uswap_mm *m, void *addr, size_t len);
+
+/*
+ * uswap_register() - put an existing private anonymous read-write range under @m. Pages it holds
+ * now count as resident. After this, munmap(), mremap() and madvise(MADV_DONTNEED/MADV_FREE) of the
+ * range by the program are followed (the kernel reports them). @addr and @len: page aligned.
+ * Return: 0; -EINVAL misaligned or bad folio; -EEXIST overlaps a range @m already has; -EBUSY
+ * another userfaultfd has it; -ENOMEM.
+ */
+int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_bytes);
+
+/* uswap_unregister() - bring every page of the range back in and let it be plain memory. Return: 0; -EINVAL. */
+int uswap_unregister(struct uswap_mm *m, void *addr, size_t len);
+
+/* uswap_mm_set_limit() - change the resident limit (0: none); reclaim starts at once if over. Return: 0. */
+int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes);
+
+/*
+ * uswap_mm_shrink() - evict now, in the caller's thread, until at most @target_bytes are resident.
+ * Return: bytes released (>= 0); -ECHILD called in a fork child.
+ */
+ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes);
+
+/* uswap_mm_swap() - the swap layer of @m (for uswap_stats(), uswap_swapoff(), ...). */
+struct uswap *uswap_mm_swap(struct uswap_mm *m);
+
+struct uswap_mm_stats {
+	uint64_t limit_bytes;    /* 0: none */
+	uint64_t resident_bytes; /* pages of the regions in memory (mapped + inactive) */
+	uint64_t inactive_bytes; /* resident but moved out of the program's view, waiting to go */
+	uint64_t swapped_bytes;  /* pages of the regions held only by the swap layer */
+	uint64_t clean_bytes;    /* resident pages that also keep a valid swap copy */
+	uint64_t regions, region_bytes;
+	uint64_t zero_fills;     /* pages zero-filled on first touch (fault-around included) */
+	uint64_t swapins, swapin_pages; /* folio loads from the swap layer, and their pages */
+	uint64_t soft_faults;    /* inactive folios a touch brought back without a load */
+	uint64_t wp_faults;      /* first writes to clean pages (their swap copy is dropped) */
+	uint64_t demotions;      /* folios moved to the inactive list */
+	uint64_t evictions, evicted_pages; /* folios released (stored, or clean) */
+	uint64_t clean_evictions;  /* ... of which released without a store */
+	uint64_t store_failures;   /* evictions no tier took: the folio stayed resident */
+	uint64_t load_failures;    /* swap-ins whose data could not be read: pages poisoned (SIGBUS) */
+	uint64_t direct_reclaims;  /* fault handlers that found resident over the limit and reclaimed */
+	uint64_t events_remove, events_unmap, events_remap; /* madvise, munmap, mremap seen */
+	uint64_t untracked_faults; /* faults outside every region (served a zero page) */
+	uint64_t swapin_ns_p50, swapin_ns_p99; /* fault handler time of faults that loaded */
+	uint64_t meta_bytes;       /* mm's own bookkeeping: page and folio state, region table */
+	uint64_t buffer_bytes;     /* staging buffers of the fault path (address space, touched lazily) */
+};
+
+/* uswap_mm_stats() - a snapshot. Return: 0. */
+int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st);
+
 /* uswap_errmsg() - the message of this thread's last failed call ("" if none). */
 const char *uswap_errmsg(void);
 

@@ -1,0 +1,591 @@
+/*
+ * fault.c - fault handler threads: read the userfaultfd, resolve faults, apply events.
+ *
+ * Why the handlers look like this (measured on a 2-vCPU VM, see docs/mm.md): a handler sleeping in
+ * poll() on another CPU costs ~60-70 us per fault, because every fault is two cross-CPU wake-ups and an
+ * idle vCPU halts. One handler pinned on each CPU brings it to ~5 us: the faulting thread's wake-up of
+ * the handler on its own CPU is a local switch. So there is one handler per CPU, each pinned, all
+ * reading the same uffd (non-blocking read first, poll() only when it is empty). A whole folio is
+ * resolved per fault, and a first touch zero-fills the untouched pages around it (fault-around), so
+ * that sequential first touches pay one fault per window instead of one per page.
+ *
+ * Context rules: a handler never touches registered memory (it would wait on itself), never
+ * allocates (a preloaded program may serve malloc from registered memory), and never holds a folio
+ * lock or tbl_lock while it reclaims.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mm/mm.h"
+#include "mm/uffd.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void hist_add(struct mm_hist *h, uint64_t ns)
+{
+	unsigned b = 0;
+
+	if (ns >= 4) {
+		unsigned lg = 63 - (unsigned)__builtin_clzll(ns);
+
+		b = lg * 4 + (unsigned)((ns >> (lg - 2)) & 3);
+	} else {
+		b = (unsigned)ns;
+	}
+	if (b >= MM_HIST_BUCKETS)
+		b = MM_HIST_BUCKETS - 1;
+	atomic_fetch_add_explicit(&h->n[b], 1, memory_order_relaxed);
+}
+
+uint64_t hist_percentile(const struct mm_hist *h, double p)
+{
+	uint64_t total = 0, seen = 0;
+
+	for (unsigned b = 0; b < MM_HIST_BUCKETS; b++)
+		total += atomic_load(&h->n[b]);
+	if (!total)
+		return 0;
+	for (unsigned b = 0; b < MM_HIST_BUCKETS; b++) {
+		seen += atomic_load(&h->n[b]);
+		if ((double)seen >= p * (double)total) {
+			unsigned lg = b / 4;
+
+			if (b < 4)
+				return b;
+			/* the middle of the bucket */
+			return (1ull << lg) + (uint64_t)(b % 4) * (1ull << (lg - 2)) + (1ull << (lg - 2)) / 2;
+		}
+	}
+	return 0;
+}
+
+/* ---- uffd ioctls: 0 or -errno, *done = bytes done (also on a partial failure) ---- */
+
+int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done)
+{
+	struct uffdio_copy c = {
+		.dst = dst,
+		.src = (uintptr_t)src,
+		.len = len,
+		.mode = (wp ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE),
+	};
+	int ret = ioctl(uffd, UFFDIO_COPY, &c) ? -errno : 0;
+
+	*done = c.copy > 0 ? (size_t)c.copy : 0;
+	if (!ret && *done != len)
+		ret = -EAGAIN;
+	return ret;
+}
+
+int uffd_move(int uffd, uintptr_t dst, uintptr_t src, size_t len, bool wake, size_t *done)
+{
+	struct uffdio_move mv = {
+		.dst = dst,
+		.src = src,
+		.len = len,
+		.mode = wake ? 0 : UFFDIO_MOVE_MODE_DONTWAKE,
+	};
+	int ret = ioctl(uffd, UFFDIO_MOVE, &mv) ? -errno : 0;
+
+	*done = mv.move > 0 ? (size_t)mv.move : 0;
+	if (!ret && *done != len)
+		ret = -EAGAIN;
+	return ret;
+}
+
+int uffd_wake(int uffd, uintptr_t start, size_t len)
+{
+	struct uffdio_range r = {.start = start, .len = len};
+
+	return ioctl(uffd, UFFDIO_WAKE, &r) ? -errno : 0;
+}
+
+static int uffd_unprotect(int uffd, uintptr_t start, size_t len)
+{
+	struct uffdio_writeprotect wp = {.range = {.start = start, .len = len}, .mode = 0};
+
+	return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) ? -errno : 0;
+}
+
+/* A page whose data cannot be read back: later accesses get SIGBUS, as with a swap read error. */
+static void poison(struct uswap_mm *m, uintptr_t addr, size_t len)
+{
+	struct uffdio_poison p = {.range = {.start = addr, .len = len}, .mode = 0};
+
+	ioctl(m->uffd, UFFDIO_POISON, &p);
+}
+
+/* ---- bringing a folio in ---- */
+
+static int in_zero(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, size_t *done_pages)
+{
+	size_t done;
+	int ret = uffd_copy(m->uffd, region_addr(r, i), m->zero, n * MM_PAGE, false, false, &done);
+
+	*done_pages = done / MM_PAGE;
+	for (size_t j = 0; j < *done_pages; j++) {
+		r->pages[i + j] = PG_PRESENT;
+	}
+	atomic_fetch_add(&m->resident, *done_pages);
+	atomic_fetch_add(&m->c.zero_fills, *done_pages);
+	return ret;
+}
+
+static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t i, size_t n,
+		      bool write)
+{
+	uint64_t w = r->pages[i];
+	size_t done, dp;
+	int ret = uswap_load_pages(m->swap, pg_id(w), pg_idx(w), n, stage);
+
+	if (ret) {
+		/* The data is gone (tier error, checksum mismatch): never hand out wrong data. */
+		atomic_fetch_add(&m->c.load_failures, 1);
+		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), n);
+		for (size_t j = 0; j < n; j++)
+			r->pages[i + j] = PG_NONE;
+		poison(m, region_addr(r, i), n * MM_PAGE);
+		return 0;
+	}
+	/* A read keeps the copy and maps the pages write-protected: evicting them again is free. */
+	ret = uffd_copy(m->uffd, region_addr(r, i), stage, n * MM_PAGE, !write, false, &done);
+	dp = done / MM_PAGE;
+	if (write && dp)
+		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), dp);
+	for (size_t j = 0; j < dp; j++)
+		r->pages[i + j] =
+			write ? PG_PRESENT : pg_make(PG_PRESENT, pg_id(w), pg_idx(w) + (unsigned)j, true);
+	atomic_fetch_add(&m->resident, dp);
+	atomic_fetch_add(&m->c.swapin_pages, dp);
+	return ret;
+}
+
+static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, bool write)
+{
+	bool clean = r->pages[i] & PG_CLEAN;
+	size_t done, dp;
+	int ret;
+
+	if (clean && !write) {
+		/* MOVE would map the page writable and lose the protection: copy it in protected. */
+		ret = uffd_copy(m->uffd, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true,
+				false, &done);
+		dp = done / MM_PAGE;
+		if (dp)
+			madvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
+		for (size_t j = 0; j < dp; j++)
+			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
+	} else {
+		if (clean)
+			pages_put_copies(m, r, i, i + n);
+		ret = uffd_move(m->uffd, region_addr(r, i), region_shadow(r, i), n * MM_PAGE, false, &done);
+		dp = done / MM_PAGE;
+		for (size_t j = 0; j < dp; j++)
+			r->pages[i + j] = PG_PRESENT;
+	}
+	atomic_fetch_sub(&m->inactive, dp);
+	return ret;
+}
+
+int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write)
+{
+	size_t first, end, i;
+	bool loaded = false, soft = false;
+	int ret = 0;
+
+	region_folio_pages(r, fi, &first, &end);
+	for (i = first; i < end && !ret;) {
+		uint64_t w = r->pages[i];
+		size_t n = 1, dp;
+
+		switch (pg_kind(w)) {
+		case PG_PRESENT:
+			break;
+		case PG_NONE:
+			while (i + n < end && pg_kind(r->pages[i + n]) == PG_NONE)
+				n++;
+			ret = in_zero(m, r, i, n, &dp);
+			break;
+		case PG_SWAPPED:
+			while (i + n < end && pg_kind(r->pages[i + n]) == PG_SWAPPED &&
+			       pg_copy_follows(r->pages[i + n - 1], r->pages[i + n]))
+				n++;
+			ret = in_swapped(m, stage + (i - first) * MM_PAGE, r, i, n, write);
+			loaded = true;
+			break;
+		case PG_SHADOW:
+			while (i + n < end && pg_kind(r->pages[i + n]) == PG_SHADOW &&
+			       (r->pages[i + n] & PG_CLEAN) == (w & PG_CLEAN) &&
+			       (!(w & PG_CLEAN) || pg_copy_follows(r->pages[i + n - 1], r->pages[i + n])))
+				n++;
+			ret = in_shadow(m, r, i, n, write);
+			soft = true;
+			break;
+		}
+		i += n;
+	}
+	if (loaded)
+		atomic_fetch_add(&m->c.swapins, 1);
+	else if (soft)
+		atomic_fetch_add(&m->c.soft_faults, 1);
+	folio_summarize(r, fi);
+	return ret;
+}
+
+/*
+ * First touch of an untouched folio: zero-fill it together with the untouched folios around it, in an
+ * aligned window of fault_around pages, with one UFFDIO_COPY per contiguous run. Neighbours are only
+ * try-locked (we already hold @fi): nobody waits while holding a folio lock, so this cannot deadlock.
+ */
+static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
+{
+	size_t win = (size_t)m->fault_around << MM_PAGE_SHIFT;
+	uintptr_t fa = r->fbase + (fi << (MM_PAGE_SHIFT + r->folio_shift));
+	uintptr_t ws = fa & ~(win - 1), we = ws + win;
+	size_t fpages = (size_t)1 << r->folio_shift;
+	size_t f0, f1, locked[64];
+	unsigned nl = 0;
+	int ret = 0;
+
+	if (ws < r->start)
+		ws = r->start;
+	if (we > r->end)
+		we = r->end;
+	f0 = region_folio(r, ws);
+	f1 = region_folio(r, we - 1) + 1;
+	for (size_t f = f0; f < f1;) {
+		size_t run0 = f, first, end, dp;
+
+		/* Collect a run of untouched, lockable folios (fi is ours already). */
+		while (f < f1 && nl < 64) {
+			bool mine = f == fi, empty = true;
+
+			if (!mine && (atomic_load(&r->folios[f]) & (FL_PRESENT | FL_SHADOW | FL_LOCK)))
+				break;
+			if (!mine && !folio_trylock(&r->folios[f]))
+				break;
+			region_folio_pages(r, f, &first, &end);
+			for (size_t i = first; i < end && empty; i++)
+				empty = r->pages[i] == PG_NONE;
+			if (!empty) {
+				if (!mine)
+					folio_unlock(&r->folios[f]);
+				break;
+			}
+			if (!mine)
+				locked[nl++] = f;
+			f++;
+		}
+		if (f > run0) {
+			size_t a, b;
+
+			region_folio_pages(r, run0, &a, &first);
+			region_folio_pages(r, f - 1, &first, &b);
+			if (!ret)
+				ret = in_zero(m, r, a, b - a, &dp);
+			for (size_t g = run0; g < f; g++)
+				folio_summarize(r, g);
+		} else {
+			f++;
+		}
+		while (nl) {
+			size_t g = locked[--nl];
+
+			atomic_fetch_or(&r->folios[g], FL_REF);
+			folio_unlock(&r->folios[g]);
+		}
+	}
+	(void)fpages;
+	return ret;
+}
+
+static bool folio_untouched(struct mm_region *r, size_t fi)
+{
+	size_t first, end;
+
+	region_folio_pages(r, fi, &first, &end);
+	for (size_t i = first; i < end; i++)
+		if (r->pages[i] != PG_NONE)
+			return false;
+	return true;
+}
+
+/* A write to a clean (write-protected) page: its copy is stale from now on. */
+static void fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
+{
+	size_t first, end;
+	bool had = false;
+
+	region_folio_pages(r, fi, &first, &end);
+	for (size_t i = first; i < end && !had; i++)
+		had = pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN);
+	if (had)
+		pages_put_copies(m, r, first, end);
+	atomic_fetch_add(&m->c.wp_faults, 1);
+	uffd_unprotect(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+}
+
+/*
+ * A missing-page fault on a page we hold as present: either a stale message (another fault installed
+ * it since: the copy fails with EEXIST), or the kernel zapped it after we handled its REMOVE event
+ * (madvise tells us first, then zaps). Then it reads as zero, which is what the program asked for.
+ */
+static void fault_present(struct uswap_mm *m, struct mm_region *r, size_t page)
+{
+	size_t done;
+
+	if (uffd_copy(m->uffd, region_addr(r, page), m->zero, MM_PAGE, false, false, &done) == 0) {
+		pages_put_copies(m, r, page, page + 1);
+		atomic_fetch_add(&m->c.zero_fills, 1);
+	}
+}
+
+/* A fault where we track nothing (a registration raced with us): give it a zero page and move on. */
+static void fault_untracked(struct uswap_mm *m, uintptr_t addr, bool wp)
+{
+	size_t done;
+
+	atomic_fetch_add(&m->c.untracked_faults, 1);
+	if (wp)
+		uffd_unprotect(m->uffd, addr, MM_PAGE);
+	else
+		uffd_copy(m->uffd, addr, m->zero, MM_PAGE, false, true, &done);
+	uffd_wake(m->uffd, addr, MM_PAGE);
+}
+
+static void after_fault(struct uswap_mm *m)
+{
+	uint64_t res = atomic_load(&m->resident);
+
+	if (res <= atomic_load(&m->high))
+		return;
+	reclaim_kick(m);
+	if (res > atomic_load(&m->limit) && !atomic_load(&m->forking)) {
+		atomic_fetch_add(&m->c.direct_reclaims, 1);
+		reclaim_run(m, atomic_load(&m->limit), true);
+	}
+}
+
+static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
+{
+	struct uswap_mm *m = h->m;
+	uintptr_t addr = (uintptr_t)msg->arg.pagefault.address & ~(MM_PAGE - 1);
+	bool wp = msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP;
+	bool write = msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE;
+	uint64_t t0 = now_ns();
+	struct mm_region *r;
+	bool swapin = false;
+	size_t fi, first, end;
+	int ret = 0;
+
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	r = region_find(m, addr);
+	if (!r) {
+		pthread_rwlock_unlock(&m->tbl_lock);
+		pthread_rwlock_wrlock(&m->tbl_lock);
+		region_adopt(m, addr);
+		pthread_rwlock_unlock(&m->tbl_lock);
+		pthread_rwlock_rdlock(&m->tbl_lock);
+		r = region_find(m, addr);
+		if (!r) {
+			pthread_rwlock_unlock(&m->tbl_lock);
+			fault_untracked(m, addr, wp);
+			return;
+		}
+	}
+	fi = region_folio(r, addr);
+	folio_lock(&r->folios[fi]);
+	if (wp) {
+		fault_wp(m, r, fi);
+	} else if (pg_kind(r->pages[region_page(r, addr)]) == PG_PRESENT) {
+		fault_present(m, r, region_page(r, addr));
+	} else {
+		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
+		if (m->fault_around > (1u << r->folio_shift) && folio_untouched(r, fi) &&
+		    atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high))
+			ret = fault_around(m, r, fi);
+		else
+			ret = fault_folio_in(m, h->stage, r, fi, write);
+	}
+	atomic_fetch_or(&r->folios[fi], FL_REF);
+	region_folio_pages(r, fi, &first, &end);
+	folio_unlock(&r->folios[fi]);
+	/* Whatever happened, wake: a thread whose page is still missing faults again and comes back. */
+	uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	if (ret == -EAGAIN)
+		atomic_fetch_add(&m->c.retries, 1);
+	if (swapin)
+		hist_add(&m->swapin_hist, now_ns() - t0);
+	after_fault(m);
+}
+
+/*
+ * MADV_DONTNEED / MADV_FREE / MADV_REMOVE on a registered range: the kernel tells us before it zaps.
+ * Present pages are moved out and dropped by us (so that MADV_FREE, which may leave pages mapped,
+ * cannot leave memory we no longer count); then everything in the range is NONE.
+ */
+static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
+{
+	atomic_fetch_add(&m->c.events_remove, 1);
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	for (unsigned ri = region_after(m, start); ri < m->nr_regions && m->tbl[ri]->start < end; ri++) {
+		struct mm_region *r = m->tbl[ri];
+		uintptr_t a = start > r->start ? start : r->start;
+		uintptr_t b = end < r->end ? end : r->end;
+
+		for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++) {
+			size_t first, fend, i;
+
+			folio_lock(&r->folios[fi]);
+			region_folio_pages(r, fi, &first, &fend);
+			if (first < region_page(r, a))
+				first = region_page(r, a);
+			if (fend > region_page(r, b))
+				fend = region_page(r, b);
+			for (i = first; i < fend;) {
+				size_t n = 0, done;
+
+				while (i + n < fend && pg_kind(r->pages[i + n]) == PG_PRESENT)
+					n++;
+				if (!n) {
+					i++;
+					continue;
+				}
+				struct uffdio_move mv = {
+					.dst = region_shadow(r, i),
+					.src = region_addr(r, i),
+					.len = n * MM_PAGE,
+					.mode = UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES,
+				};
+				ioctl(m->uffd_shadow, UFFDIO_MOVE, &mv);
+				done = mv.move > 0 ? (size_t)mv.move : 0;
+				if (done)
+					madvise((void *)region_shadow(r, i), done, MADV_DONTNEED);
+				i += n;
+			}
+			pages_drop(m, r, first, fend);
+			folio_summarize(r, fi);
+			folio_unlock(&r->folios[fi]);
+		}
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
+static void on_unmap(struct uswap_mm *m, uintptr_t start, uintptr_t end, uint64_t seq)
+{
+	atomic_fetch_add(&m->c.events_unmap, 1);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	/* A region made after this event was read is a new mapping at a reused address: not ours to cut. */
+	for (unsigned ri = region_after(m, start); ri < m->nr_regions && m->tbl[ri]->start < end;) {
+		struct mm_region *r = m->tbl[ri];
+		uintptr_t b = end < r->end ? end : r->end;
+
+		if (r->seq > seq) {
+			ri++;
+			continue;
+		}
+		region_forget(m, start > r->start ? start : r->start, b);
+		ri = region_after(m, b);
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
+static void on_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len)
+{
+	atomic_fetch_add(&m->c.events_remap, 1);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	region_remap(m, from, to, len);
+	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
+static void *handler_main(void *arg)
+{
+	struct mm_handler *h = arg;
+	struct uswap_mm *m = h->m;
+	struct uffd_msg msgs[16];
+	struct pollfd p[2] = {{.fd = m->uffd, .events = POLLIN}, {.fd = m->stop_fd, .events = POLLIN}};
+
+	if (h->cpu >= 0) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(h->cpu, &set);
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	}
+	for (;;) {
+		uint64_t seq = atomic_load(&m->seq);
+		ssize_t n = read(m->uffd, msgs, sizeof(msgs));
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN)
+				break;
+			if (poll(p, 2, -1) < 0 && errno != EINTR)
+				break;
+			if (p[1].revents)
+				break;
+			continue;
+		}
+		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+			const struct uffd_msg *msg = &msgs[i];
+
+			switch (msg->event) {
+			case UFFD_EVENT_PAGEFAULT:
+				on_pagefault(h, msg);
+				break;
+			case UFFD_EVENT_REMOVE:
+				on_remove(m, msg->arg.remove.start, msg->arg.remove.end);
+				break;
+			case UFFD_EVENT_UNMAP:
+				on_unmap(m, msg->arg.remove.start, msg->arg.remove.end, seq);
+				break;
+			case UFFD_EVENT_REMAP:
+				on_remap(m, msg->arg.remap.from, msg->arg.remap.to, msg->arg.remap.len);
+				break;
+			default:
+				break;
+			}
+		}
+	}
+	return NULL;
+}
+
+int fault_start(struct uswap_mm *m)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	for (unsigned i = 0; i < m->nr_handlers; i++) {
+		struct mm_handler *h = &m->handlers[i];
+		int ret;
+
+		h->m = m;
+		h->cpu = ncpu > 0 ? (int)(i % (unsigned)ncpu) : -1;
+		ret = pthread_create(&h->th, NULL, handler_main, h);
+		if (ret)
+			return -ret;
+		h->started = true;
+	}
+	return 0;
+}
+
+void fault_stop(struct uswap_mm *m)
+{
+	for (unsigned i = 0; i < m->nr_handlers; i++)
+		if (m->handlers[i].started) {
+			pthread_join(m->handlers[i].th, NULL);
+			m->handlers[i].started = false;
+		}
+}

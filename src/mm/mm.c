@@ -1,0 +1,593 @@
+/*
+ * mm.c - the public calls of memory regions: create/destroy an instance, map, register, unmap,
+ * limits, statistics, and fork.
+ *
+ * Fork: the kernel gives a fork child none of our registrations (we do not ask for
+ * UFFD_EVENT_FORK, which needs CAP_SYS_PTRACE and a parent willing to serve the child forever), so
+ * a child would read zeros where the parent's pages are swapped or inactive. pthread_atfork()
+ * handlers therefore bring every page of every instance in before fork() (reclaim paused until the
+ * parent resumes), and the child closes its copies of our file descriptors and leaves the instance
+ * alone. The cost is memory: for a moment the parent holds all its pages.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "mm/mm.h"
+#include "mm/uffd.h"
+#include "util/err.h"
+
+#define DEFAULT_FAULT_AROUND 16
+#define DEFAULT_INACTIVE_PCT 12
+
+static pthread_mutex_t mm_list_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct uswap_mm *mm_list;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static bool in_child(struct uswap_mm *m)
+{
+	return m->pid != getpid();
+}
+
+/* ---- userfaultfd access ---- */
+
+static int uffd_new(int flags)
+{
+	int fd = (int)syscall(SYS_userfaultfd, flags);
+	int dev;
+
+	if (fd >= 0)
+		return fd;
+	if (errno != EPERM && errno != EACCES)
+		return -errno;
+	dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev < 0)
+		return -EPERM;
+	fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+	close(dev);
+	return fd >= 0 ? fd : -EPERM;
+}
+
+static int uffd_open(__u64 features, int *out)
+{
+	struct uffdio_api api = {.api = UFFD_API, .features = features};
+	int fd = uffd_new(O_CLOEXEC | O_NONBLOCK);
+
+	if (fd == -EPERM)
+		return err_set(-EPERM,
+			       "userfaultfd is not available to this process for kernel-mode faults: "
+			       "vm.unprivileged_userfaultfd is 0 and /dev/userfaultfd cannot be opened "
+			       "(run as root, or set the sysctl to 1, or grant access to /dev/userfaultfd)");
+	if (fd < 0)
+		return err_set(fd, "userfaultfd: %s", strerror(-fd));
+	if (ioctl(fd, UFFDIO_API, &api)) {
+		int e = -errno;
+
+		close(fd);
+		return err_set(e, "UFFDIO_API refused features %#llx: %s", (unsigned long long)features,
+			       strerror(-e));
+	}
+	*out = fd;
+	return 0;
+}
+
+/* What the kernel offers, named when something we need is missing. */
+static int uffd_check(void)
+{
+	static const struct {
+		__u64 bit;
+		const char *what;
+	} need[] = {
+		{UFFD_FEATURE_MOVE, "UFFDIO_MOVE (Linux 6.8)"},
+		{UFFD_FEATURE_PAGEFAULT_FLAG_WP, "write-protection of anonymous memory"},
+		{UFFD_FEATURE_EVENT_REMOVE, "remove events"},
+		{UFFD_FEATURE_EVENT_UNMAP, "unmap events"},
+		{UFFD_FEATURE_EVENT_REMAP, "remap events"},
+		{UFFD_FEATURE_SIGBUS, "SIGBUS mode"},
+	};
+	int fd, ret = uffd_open(0, &fd);
+	struct uffdio_api api = {.api = UFFD_API};
+
+	if (ret)
+		return ret;
+	close(fd);
+	/* The first UFFDIO_API reported nothing back to us: ask a fresh fd for the list. */
+	fd = uffd_new(O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return err_set(fd, "userfaultfd: %s", strerror(-fd));
+	ret = ioctl(fd, UFFDIO_API, &api) ? -errno : 0;
+	close(fd);
+	if (ret)
+		return err_set(ret, "UFFDIO_API: %s", strerror(-ret));
+	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
+		if (!(api.features & need[i].bit))
+			return err_set(-EOPNOTSUPP, "this kernel's userfaultfd lacks %s", need[i].what);
+	return 0;
+}
+
+/* ---- fork ---- */
+
+static void mm_fork_prepare(struct uswap_mm *m)
+{
+	atomic_store(&m->forking, 1);
+	pthread_mutex_lock(&m->reclaim_lock);
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
+		struct mm_region *r = m->tbl[ri];
+
+		for (size_t fi = 0; fi < r->nr_folios; fi++) {
+			size_t first, end;
+
+			if (!(atomic_load(&r->folios[fi]) & (FL_SHADOW | FL_SWAPPED)))
+				continue;
+			folio_lock(&r->folios[fi]);
+			for (int tries = 0; tries < 1000; tries++) {
+				if (fault_folio_in(m, m->fork_stage, r, fi, false) != -EAGAIN)
+					break;
+				sched_yield();
+			}
+			region_folio_pages(r, fi, &first, &end);
+			folio_unlock(&r->folios[fi]);
+			uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+		}
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
+static void mm_fork_parent(struct uswap_mm *m)
+{
+	pthread_mutex_unlock(&m->reclaim_lock);
+	atomic_store(&m->forking, 0);
+	if (atomic_load(&m->resident) > atomic_load(&m->high))
+		reclaim_kick(m);
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&mm_list_lock);
+	for (struct uswap_mm *m = mm_list; m; m = m->next_mm)
+		if (!in_child(m))
+			mm_fork_prepare(m);
+}
+
+static void fork_parent(void)
+{
+	for (struct uswap_mm *m = mm_list; m; m = m->next_mm)
+		if (!in_child(m))
+			mm_fork_parent(m);
+	pthread_mutex_unlock(&mm_list_lock);
+}
+
+/* The child's memory is plain now; its copies of our fds would keep the parent's uffds alive. */
+static void fork_child(void)
+{
+	for (struct uswap_mm *m = mm_list; m; m = m->next_mm) {
+		close(m->uffd);
+		close(m->uffd_shadow);
+		close(m->stop_fd);
+	}
+	pthread_mutex_unlock(&mm_list_lock);
+}
+
+static void atfork_init(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* ---- limits ---- */
+
+static void set_limit_pages(struct uswap_mm *m, uint64_t limit, unsigned inactive_pct)
+{
+	uint64_t slack;
+
+	if (!limit)
+		limit = UINT64_MAX / 4;
+	slack = limit / 32 > 64 ? limit / 32 : 64;
+	if (slack > limit / 2)
+		slack = limit / 2;
+	atomic_store(&m->limit, limit);
+	atomic_store(&m->high, limit - slack / 2);
+	atomic_store(&m->low, limit - slack);
+	atomic_store(&m->inactive_target, limit / 100 * inactive_pct);
+}
+
+static int folio_shift_of(size_t bytes, unsigned dflt, unsigned *shift)
+{
+	if (!bytes) {
+		*shift = dflt;
+		return 0;
+	}
+	if (bytes < MM_PAGE || bytes > MM_FOLIO_MAX || (bytes & (bytes - 1)))
+		return err_set(-EINVAL, "a folio is a power of two from 4 KiB to 2 MiB, not %zu bytes",
+			       bytes);
+	*shift = (unsigned)__builtin_ctzl(bytes) - MM_PAGE_SHIFT;
+	return 0;
+}
+
+/* ---- create / destroy ---- */
+
+static unsigned inactive_pct_of(const struct uswap_mm_options *o)
+{
+	return o && o->inactive_percent ? (o->inactive_percent > 50 ? 50 : o->inactive_percent)
+					: DEFAULT_INACTIVE_PCT;
+}
+
+static void mm_free(struct uswap_mm *m)
+{
+	if (m->handlers) {
+		for (unsigned i = 0; i < m->nr_handlers; i++)
+			mm_unmap_mem(m->handlers[i].stage, MM_FOLIO_MAX);
+		mm_unmap_mem(m->handlers, m->nr_handlers * sizeof(*m->handlers));
+	}
+	mm_unmap_mem(m->zero, MM_FOLIO_MAX);
+	mm_unmap_mem(m->fork_stage, MM_FOLIO_MAX);
+	if (m->tbl)
+		region_table_destroy(m);
+	if (m->swap)
+		uswap_destroy(m->swap);
+	if (m->uffd > 0)
+		close(m->uffd);
+	if (m->uffd_shadow > 0)
+		close(m->uffd_shadow);
+	if (m->stop_fd > 0)
+		close(m->stop_fd);
+	pthread_mutex_destroy(&m->reclaim_lock);
+	pthread_mutex_destroy(&m->kick_lock);
+	pthread_cond_destroy(&m->kick);
+	mm_unmap_mem(m, sizeof(*m));
+}
+
+int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
+{
+	struct uswap_options so = {0};
+	struct uswap_mm *m;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned fa = o && o->fault_around_pages ? o->fault_around_pages : DEFAULT_FAULT_AROUND;
+	unsigned shift = 0;
+	int ret;
+
+	err_clear();
+	ret = folio_shift_of(o ? o->folio_bytes : 0, 0, &shift);
+	if (ret)
+		return ret;
+	if (fa > 512 || (fa & (fa - 1)))
+		return err_set(-EINVAL, "fault_around_pages is a power of two up to 512, not %u", fa);
+	ret = uffd_check();
+	if (ret)
+		return ret;
+	m = mm_map_mem(sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->pid = getpid();
+	m->folio_shift = shift;
+	m->fault_around = fa;
+	m->uffd = m->uffd_shadow = m->stop_fd = -1;
+	pthread_mutex_init(&m->reclaim_lock, NULL);
+	pthread_mutex_init(&m->kick_lock, NULL);
+	pthread_cond_init(&m->kick, NULL);
+	set_limit_pages(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
+
+	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMOVE |
+				UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP,
+			&m->uffd);
+	if (ret)
+		goto out_free;
+	/* Shadow ranges: a touch of an empty shadow page is a bug; SIGBUS says so instead of hanging. */
+	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_SIGBUS, &m->uffd_shadow);
+	if (ret)
+		goto out_free;
+	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ret = -ENOMEM;
+	m->nr_handlers = o && o->nr_threads ? o->nr_threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+	m->handlers = mm_map_mem(m->nr_handlers * sizeof(*m->handlers));
+	m->zero =
+		(void *)syscall(SYS_mmap, NULL, MM_FOLIO_MAX, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	m->fork_stage = mm_map_mem(MM_FOLIO_MAX);
+	if (m->stop_fd < 0 || !m->handlers || m->zero == MAP_FAILED || !m->fork_stage) {
+		if (m->zero == MAP_FAILED)
+			m->zero = NULL;
+		goto out_free;
+	}
+	for (unsigned i = 0; i < m->nr_handlers; i++)
+		if (!(m->handlers[i].stage = mm_map_mem(MM_FOLIO_MAX)))
+			goto out_free;
+	ret = region_table_init(m);
+	if (ret)
+		goto out_free;
+	so.tiers = o ? o->tiers : NULL;
+	so.max_pages = o ? o->max_swap_pages : 0;
+	ret = uswap_create_opts(&m->swap, &so);
+	if (ret)
+		goto out_free;
+	ret = reclaim_start(m);
+	if (!ret)
+		ret = fault_start(m);
+	if (ret) {
+		err_set(ret, "cannot start the threads of the instance");
+		goto out_stop;
+	}
+	pthread_once(&atfork_once, atfork_init);
+	pthread_mutex_lock(&mm_list_lock);
+	m->next_mm = mm_list;
+	mm_list = m;
+	pthread_mutex_unlock(&mm_list_lock);
+	*out = m;
+	return 0;
+
+out_stop:
+	eventfd_write(m->stop_fd, 1);
+	fault_stop(m);
+	reclaim_stop(m);
+out_free:
+	mm_free(m);
+	return ret;
+}
+
+/* Bring every page of region @r in and drop its copies. Context: tbl_lock held for writing. */
+static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
+{
+	for (size_t fi = 0; fi < r->nr_folios; fi++) {
+		int ret = 0;
+
+		if (!(atomic_load(&r->folios[fi]) & (FL_SHADOW | FL_SWAPPED | FL_PRESENT)))
+			continue;
+		for (int tries = 0; tries < 1000; tries++) {
+			ret = fault_folio_in(m, m->fork_stage, r, fi, true);
+			if (ret != -EAGAIN)
+				break;
+			sched_yield();
+		}
+		if (ret && ret != -EAGAIN)
+			return ret;
+	}
+	return 0;
+}
+
+void uswap_mm_destroy(struct uswap_mm *m)
+{
+	struct uswap_mm **pp;
+
+	if (!m)
+		return;
+	pthread_mutex_lock(&mm_list_lock);
+	for (pp = &mm_list; *pp; pp = &(*pp)->next_mm)
+		if (*pp == m) {
+			*pp = m->next_mm;
+			break;
+		}
+	pthread_mutex_unlock(&mm_list_lock);
+	if (in_child(m))
+		return; /* its threads and fds belong to the parent; the child's memory is plain already */
+	eventfd_write(m->stop_fd, 1);
+	fault_stop(m);
+	reclaim_stop(m);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	while (m->nr_regions) {
+		struct mm_region *r = m->tbl[m->nr_regions - 1];
+		uintptr_t start = r->start, end = r->end;
+		bool owned = r->owned;
+		struct uffdio_range rg = {.start = start, .len = end - start};
+
+		if (!owned)
+			region_bring_in(m, r);
+		ioctl(m->uffd, UFFDIO_UNREGISTER, &rg);
+		region_forget(m, start, end);
+		if (owned)
+			munmap((void *)start, end - start);
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+	mm_free(m);
+}
+
+/* ---- regions ---- */
+
+int uswap_map(struct uswap_mm *m, size_t len, size_t folio_bytes, void **out)
+{
+	unsigned shift = 0;
+	size_t fbytes, span;
+	uintptr_t p, a;
+	int ret;
+
+	err_clear();
+	if (in_child(m))
+		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
+	ret = folio_shift_of(folio_bytes, m->folio_shift, &shift);
+	if (ret)
+		return ret;
+	if (!len || len > (1ull << 46))
+		return err_set(-EINVAL, "cannot map %zu bytes", len);
+	len = (len + MM_PAGE - 1) & ~(MM_PAGE - 1);
+	fbytes = MM_PAGE << shift;
+	span = len + (fbytes > MM_PAGE ? fbytes : 0);
+	p = (uintptr_t)mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			    -1, 0);
+	if (p == (uintptr_t)MAP_FAILED)
+		return err_set(-ENOMEM, "mmap of %zu bytes failed", span);
+	/* Folios are aligned in the address space: trim the mapping to an aligned start. */
+	a = (p + fbytes - 1) & ~(fbytes - 1);
+	if (a > p)
+		munmap((void *)p, a - p);
+	if (p + span > a + len)
+		munmap((void *)(a + len), p + span - (a + len));
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	ret = region_add(m, a, a + len, shift, true, false, NULL);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	if (ret) {
+		munmap((void *)a, len);
+		return ret;
+	}
+	*out = (void *)a;
+	return 0;
+}
+
+static int check_range(struct uswap_mm *m, void *addr, size_t len)
+{
+	if (in_child(m))
+		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
+	if (((uintptr_t)addr | len) & (MM_PAGE - 1) || !len || (uintptr_t)addr + len < (uintptr_t)addr)
+		return err_set(-EINVAL, "[%p, +%zu) is not a page-aligned range", addr, len);
+	return 0;
+}
+
+int uswap_unmap(struct uswap_mm *m, void *addr, size_t len)
+{
+	uintptr_t s = (uintptr_t)addr, e;
+	struct uffdio_range rg;
+	int ret;
+
+	err_clear();
+	len = (len + MM_PAGE - 1) & ~(MM_PAGE - 1);
+	ret = check_range(m, addr, len);
+	if (ret)
+		return ret;
+	e = s + len;
+	rg.start = s;
+	rg.len = len;
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	/* Unregister first: then munmap raises no event and a stray touch is the kernel's business. */
+	for (unsigned ri = region_after(m, s); ri < m->nr_regions && m->tbl[ri]->start < e; ri++) {
+		struct mm_region *r = m->tbl[ri];
+
+		rg.start = s > r->start ? s : r->start;
+		rg.len = (e < r->end ? e : r->end) - rg.start;
+		ioctl(m->uffd, UFFDIO_UNREGISTER, &rg);
+	}
+	region_forget(m, s, e);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	return munmap(addr, len) ? err_set(-errno, "munmap: %s", strerror(errno)) : 0;
+}
+
+int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_bytes)
+{
+	uintptr_t s = (uintptr_t)addr;
+	unsigned shift = 0, ri;
+	int ret;
+
+	err_clear();
+	ret = check_range(m, addr, len);
+	if (!ret)
+		ret = folio_shift_of(folio_bytes, m->folio_shift, &shift);
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	ri = region_after(m, s);
+	if (ri < m->nr_regions && m->tbl[ri]->start < s + len)
+		ret = err_set(-EEXIST, "[%p, +%zu) overlaps a registered range", addr, len);
+	else
+		ret = region_add(m, s, s + len, shift, false, true, NULL);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	if (!ret && atomic_load(&m->resident) > atomic_load(&m->high))
+		reclaim_kick(m);
+	return ret;
+}
+
+int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)
+{
+	uintptr_t s = (uintptr_t)addr, e = s + len;
+	int ret;
+
+	err_clear();
+	ret = check_range(m, addr, len);
+	if (ret)
+		return ret;
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	for (unsigned ri = region_after(m, s); ri < m->nr_regions && m->tbl[ri]->start < e;) {
+		struct mm_region *r = m->tbl[ri];
+		uintptr_t a = s > r->start ? s : r->start, b = e < r->end ? e : r->end;
+		struct uffdio_range rg = {.start = a, .len = b - a};
+
+		ret = region_bring_in(m, r);
+		if (ret)
+			break;
+		ioctl(m->uffd, UFFDIO_UNREGISTER, &rg);
+		region_forget(m, a, b);
+		ri = region_after(m, b);
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+	return ret ? err_set(ret, "could not bring every page back: %s", strerror(-ret)) : 0;
+}
+
+int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
+{
+	uint64_t t = atomic_load(&m->inactive_target), l = atomic_load(&m->limit);
+	unsigned pct = l ? (unsigned)(t * 100 / l) : DEFAULT_INACTIVE_PCT;
+
+	set_limit_pages(m, mm_pages(limit_bytes), pct ? pct : DEFAULT_INACTIVE_PCT);
+	if (atomic_load(&m->resident) > atomic_load(&m->high))
+		reclaim_kick(m);
+	return 0;
+}
+
+ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes)
+{
+	if (in_child(m))
+		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
+	return (ssize_t)(reclaim_run(m, target_bytes / MM_PAGE, true) * MM_PAGE);
+}
+
+struct uswap *uswap_mm_swap(struct uswap_mm *m)
+{
+	return m->swap;
+}
+
+int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
+{
+	struct mm_counters *c = &m->c;
+	uint64_t swapped = 0, clean = 0, bytes = 0;
+
+	memset(st, 0, sizeof(*st));
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
+		struct mm_region *r = m->tbl[ri];
+
+		bytes += r->end - r->start;
+		/* Page words change under their folio lock: a walk of the table, not a hot path. */
+		for (size_t fi = 0; fi < r->nr_folios; fi++) {
+			size_t first, end;
+
+			folio_lock(&r->folios[fi]);
+			region_folio_pages(r, fi, &first, &end);
+			for (size_t i = first; i < end; i++) {
+				uint64_t w = r->pages[i];
+
+				swapped += pg_kind(w) == PG_SWAPPED;
+				clean += pg_kind(w) != PG_SWAPPED && (w & PG_CLEAN);
+			}
+			folio_unlock(&r->folios[fi]);
+		}
+	}
+	st->regions = m->nr_regions;
+	pthread_rwlock_unlock(&m->tbl_lock);
+	st->region_bytes = bytes;
+	st->limit_bytes = atomic_load(&m->limit) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit) * MM_PAGE;
+	st->resident_bytes = atomic_load(&m->resident) * MM_PAGE;
+	st->inactive_bytes = atomic_load(&m->inactive) * MM_PAGE;
+	st->swapped_bytes = swapped * MM_PAGE;
+	st->clean_bytes = clean * MM_PAGE;
+	st->zero_fills = atomic_load(&c->zero_fills);
+	st->swapins = atomic_load(&c->swapins);
+	st->swapin_pages = atomic_load(&c->swapin_pages);
+	st->soft_faults = atomic_load(&c->soft_faults);
+	st->wp_faults = atomic_load(&c->wp_faults);
+	st->demotions = atomic_load(&c->demotions);
+	st->evictions = atomic_load(&c->evictions);
+	st->evicted_pages = atomic_load(&c->evicted_pages);
+	st->clean_evictions = atomic_load(&c->clean_evictions);
+	st->store_failures = atomic_load(&c->store_failures);
+	st->load_failures = atomic_load(&c->load_failures);
+	st->direct_reclaims = atomic_load(&c->direct_reclaims);
+	st->events_remove = atomic_load(&c->events_remove);
+	st->events_unmap = atomic_load(&c->events_unmap);
+	st->events_remap = atomic_load(&c->events_remap);
+	st->untracked_faults = atomic_load(&c->untracked_faults);
+	st->swapin_ns_p50 = hist_percentile(&m->swapin_hist, 0.5);
+	st->swapin_ns_p99 = hist_percentile(&m->swapin_hist, 0.99);
+	st->meta_bytes = atomic_load(&m->meta_bytes);
+	st->buffer_bytes = (uint64_t)(m->nr_handlers + 2) * MM_FOLIO_MAX;
+	return 0;
+}

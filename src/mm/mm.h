@@ -1,0 +1,250 @@
+/*
+ * mm.h - regions of program memory on userfaultfd, kept under a resident limit (internal).
+ *
+ * Who holds what:
+ *  - The region table (sorted, non-overlapping) is guarded by tbl_lock, a writer-preferring rwlock.
+ *    Fault handling, reclaim and REMOVE events take it for reading; anything that adds, removes,
+ *    splits or moves a region (map, unmap, register, UNMAP/REMAP events) takes it for writing.
+ *  - Each folio has a lock bit in its folio word. Page words of a folio change only under that lock,
+ *    and a folio lock is only ever taken inside a read section of tbl_lock (so the writer, once in,
+ *    knows that no folio is locked or waited on). Nobody holds two folio locks while waiting for one.
+ *  - reclaim_lock serializes the clock hands (background thread and direct reclaim).
+ *
+ * Page states (one 64-bit word per page, region->pages[]):
+ *  NONE     not mapped, no copy: the next touch is zero-filled
+ *  PRESENT  mapped in the program's range
+ *  SHADOW   inactive: moved (UFFDIO_MOVE) out of the program's range into the region's shadow range,
+ *           still in memory; a touch brings it back without a load (a soft fault)
+ *  SWAPPED  only in the swap layer, as page idx of swap folio id
+ * PG_CLEAN on a PRESENT or SHADOW page: the swap copy (id, idx) is still identical, and a PRESENT clean
+ * page is write-protected (UFFDIO_COPY_MODE_WP), so that the first write reaches us and drops the copy.
+ * Resident = PRESENT + SHADOW.
+ */
+#ifndef USWAP_MM_MM_H
+#define USWAP_MM_MM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "uswap.h"
+
+#define MM_PAGE            4096ul
+#define MM_PAGE_SHIFT      12
+#define MM_FOLIO_MAX_SHIFT 9 /* 512 pages, 2 MiB */
+#define MM_FOLIO_MAX       (MM_PAGE << MM_FOLIO_MAX_SHIFT)
+
+enum { PG_NONE = 0, PG_PRESENT = 1, PG_SHADOW = 2, PG_SWAPPED = 3 };
+#define PG_KIND_MASK 3ull
+#define PG_CLEAN     4ull
+#define PG_IDX_SHIFT 3
+#define PG_IDX_MASK  (511ull << PG_IDX_SHIFT)
+#define PG_ID_SHIFT  32
+
+static inline unsigned pg_kind(uint64_t w)
+{
+	return (unsigned)(w & PG_KIND_MASK);
+}
+static inline uint32_t pg_id(uint64_t w)
+{
+	return (uint32_t)(w >> PG_ID_SHIFT);
+}
+static inline unsigned pg_idx(uint64_t w)
+{
+	return (unsigned)((w & PG_IDX_MASK) >> PG_IDX_SHIFT);
+}
+static inline bool pg_has_copy(uint64_t w)
+{
+	return pg_kind(w) == PG_SWAPPED || (w & PG_CLEAN);
+}
+static inline uint64_t pg_make(unsigned kind, uint32_t id, unsigned idx, bool clean)
+{
+	return (uint64_t)id << PG_ID_SHIFT | (uint64_t)idx << PG_IDX_SHIFT | (clean ? PG_CLEAN : 0) | kind;
+}
+/* Page @b continues the swap run of page @a: same folio id, next index. */
+static inline bool pg_copy_follows(uint64_t a, uint64_t b)
+{
+	return pg_id(a) == pg_id(b) && pg_idx(b) == pg_idx(a) + 1;
+}
+
+/* Folio word bits. */
+#define FL_LOCK    1u
+#define FL_WAIT    2u
+#define FL_REF     4u  /* a fault touched the folio since the front hand last passed */
+#define FL_PRESENT 8u  /* some page PRESENT */
+#define FL_SHADOW  16u /* some page SHADOW */
+#define FL_PINNED  32u /* the last demotion failed (shared with a fork child, mlocked...): skip a round */
+#define FL_SWAPPED 64u /* some page SWAPPED */
+
+struct mm_region {
+	uintptr_t start, end; /* page aligned */
+	uintptr_t shadow;     /* the page at start + i pages has its shadow at shadow + i pages */
+	uintptr_t fbase;      /* start rounded down to the folio size: folio i begins at fbase + i folios */
+	unsigned folio_shift; /* log2 pages per folio */
+	unsigned owned : 1;   /* from uswap_map(): unmapped by us */
+	uint64_t seq;         /* creation order: events read before it was made do not apply to it */
+	size_t nr_pages, nr_folios;
+	uint64_t *pages;          /* nr_pages words, mm memory (never a registered range) */
+	_Atomic uint32_t *folios; /* nr_folios words */
+};
+
+static inline size_t region_page(const struct mm_region *r, uintptr_t addr)
+{
+	return (addr - r->start) >> MM_PAGE_SHIFT;
+}
+static inline size_t region_folio(const struct mm_region *r, uintptr_t addr)
+{
+	return (addr - r->fbase) >> (MM_PAGE_SHIFT + r->folio_shift);
+}
+/* Pages [*first, *end) of folio @fi inside the region. */
+static inline void region_folio_pages(const struct mm_region *r, size_t fi, size_t *first, size_t *end)
+{
+	uintptr_t fs = r->fbase + (fi << (MM_PAGE_SHIFT + r->folio_shift));
+	uintptr_t fe = fs + (MM_PAGE << r->folio_shift);
+
+	if (fs < r->start)
+		fs = r->start;
+	if (fe > r->end)
+		fe = r->end;
+	*first = region_page(r, fs);
+	*end = region_page(r, fe);
+}
+static inline uintptr_t region_addr(const struct mm_region *r, size_t page)
+{
+	return r->start + (page << MM_PAGE_SHIFT);
+}
+static inline uintptr_t region_shadow(const struct mm_region *r, size_t page)
+{
+	return r->shadow + (page << MM_PAGE_SHIFT);
+}
+
+/* A latency histogram: log2 buckets of nanoseconds with 4 linear steps each. */
+#define MM_HIST_BUCKETS 160
+struct mm_hist {
+	_Atomic uint64_t n[MM_HIST_BUCKETS];
+};
+void hist_add(struct mm_hist *h, uint64_t ns);
+uint64_t hist_percentile(const struct mm_hist *h, double p);
+
+struct mm_handler {
+	struct uswap_mm *m;
+	pthread_t th;
+	int cpu;              /* pinned CPU, -1 none */
+	unsigned char *stage; /* MM_FOLIO_MAX bytes for loads, mm memory */
+	bool started;
+};
+
+struct mm_counters {
+	_Atomic uint64_t zero_fills, swapins, swapin_pages, soft_faults, wp_faults, evictions, evicted_pages,
+		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
+		events_unmap, events_remap, untracked_faults, busy_folios, retries;
+};
+
+struct uswap_mm {
+	struct uswap *swap;
+	int uffd;        /* the program's ranges: MISSING | WP, events REMOVE, UNMAP, REMAP */
+	int uffd_shadow; /* shadow ranges: MISSING with SIGBUS (never touched while empty), no events */
+	int stop_fd;     /* eventfd: handlers and the reclaimer leave */
+	pid_t pid;       /* the process that created it: a fork child must not use it */
+
+	pthread_rwlock_t tbl_lock;
+	struct mm_region **tbl;
+	unsigned nr_regions, tbl_cap;
+	_Atomic uint64_t seq;
+
+	/* Limits, in pages. */
+	_Atomic uint64_t limit, high, low, inactive_target;
+	_Atomic uint64_t resident, inactive;
+	unsigned folio_shift;  /* default of regions */
+	unsigned fault_around; /* pages zero-filled around a first touch */
+
+	/* Reclaim. */
+	pthread_mutex_t reclaim_lock; /* the hands */
+	uintptr_t front, back;        /* clock hands: addresses of the next folio to look at */
+	pthread_mutex_t kick_lock;
+	pthread_cond_t kick;
+	bool reclaim_sleeping, stopping;
+	pthread_t reclaimer;
+	bool reclaimer_started;
+	_Atomic int forking;
+	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
+
+	struct mm_handler *handlers;
+	unsigned nr_handlers;
+	unsigned char *zero;       /* MM_FOLIO_MAX of zeros, read-only */
+	unsigned char *fork_stage; /* staging for the fork path */
+
+	struct mm_counters c;
+	struct mm_hist swapin_hist;
+	_Atomic uint64_t meta_bytes; /* page and folio words, region table */
+
+	struct uswap_mm *next_mm; /* list of live instances, for fork */
+};
+
+/* region.c */
+void *mm_map_mem(size_t len); /* mm's own memory: mmap, never registered */
+void mm_unmap_mem(void *p, size_t len);
+int region_table_init(struct uswap_mm *m);
+void region_table_destroy(struct uswap_mm *m);
+struct mm_region *region_find(struct uswap_mm *m, uintptr_t addr);
+/* Index of the first region whose end is above @addr (nr_regions if none). */
+unsigned region_after(struct uswap_mm *m, uintptr_t addr);
+/* Context: tbl_lock held for writing. Creates, registers and inserts; the range must be unregistered. */
+int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned folio_shift, bool owned,
+	       bool scan_present, struct mm_region **out);
+/* Context: tbl_lock held for writing. Forget [start, end): free copies, drop shadow pages. */
+void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end);
+/* Context: tbl_lock for writing. The kernel moved [from, from + len) to @to (mremap). */
+int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len);
+/* Context: tbl_lock for writing. A fault at @addr in no region: adopt the registered vma around it. */
+int region_adopt(struct uswap_mm *m, uintptr_t addr);
+void folio_lock(_Atomic uint32_t *f);
+bool folio_trylock(_Atomic uint32_t *f);
+void folio_unlock(_Atomic uint32_t *f);
+/* Recompute FL_PRESENT / FL_SHADOW from the pages. Context: folio locked. */
+void folio_summarize(struct mm_region *r, size_t fi);
+/* Release the swap copies of pages [first, end) that have one (runs). */
+void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
+/* Drop pages [first, end) of the region to NONE, whatever they are; accounting follows. */
+void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
+
+/* fault.c */
+int fault_start(struct uswap_mm *m);
+void fault_stop(struct uswap_mm *m);
+/*
+ * Bring every page of folio @fi in (NONE pages zero-filled, SWAPPED loaded, SHADOW moved back).
+ * @write: the access is a write (copies are dropped, pages mapped writable); otherwise copies are
+ * kept and clean pages mapped write-protected. Context: folio locked, tbl_lock read. Return: 0, or
+ * -EAGAIN (the kernel's mappings are changing: retry after the events) or another -errno.
+ */
+int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write);
+
+/* reclaim.c */
+int reclaim_start(struct uswap_mm *m);
+void reclaim_stop(struct uswap_mm *m);
+/* Wake the reclaimer if resident is above the high watermark. */
+void reclaim_kick(struct uswap_mm *m);
+/* Reclaim until resident <= @target or no progress. Return: pages released. */
+size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
+/*
+ * Context: folio locked, tbl_lock read. Move the present pages of folio @fi to its shadow.
+ * Return: pages moved, or -errno (-EBUSY: shared with a fork child or pinned).
+ */
+ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi);
+/* Context: folio locked. Store the shadow pages of folio @fi and release them. Return: pages, -errno. */
+ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi);
+
+/* uffd helpers (fault.c) */
+int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
+int uffd_move(int uffd, uintptr_t dst, uintptr_t src, size_t len, bool wake, size_t *done);
+int uffd_wake(int uffd, uintptr_t start, size_t len);
+
+static inline uint64_t mm_pages(uint64_t bytes)
+{
+	return (bytes + MM_PAGE - 1) >> MM_PAGE_SHIFT;
+}
+
+#endif

@@ -1,0 +1,573 @@
+/*
+ * region.c - the region table and per-page state: adding, slicing, moving and forgetting regions,
+ * folio locks, and releasing what pages hold.
+ *
+ * A region's bookkeeping (the struct, its page words and folio words) lives in one mapping of mm's
+ * own, never in a registered range and never from malloc: a fault handler that touched registered
+ * memory would wait on itself, and a preloaded program may serve malloc from registered memory.
+ * Folios sit on the absolute folio-size grid of the address space, so that slicing a region (a partial
+ * munmap) keeps every folio where it was; a region edge may cut a folio short.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "mm/mm.h"
+#include "mm/uffd.h"
+#include "util/err.h"
+
+void *mm_map_mem(size_t len)
+{
+	long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	return p == -1 ? NULL : (void *)p;
+}
+
+void mm_unmap_mem(void *p, size_t len)
+{
+	if (p)
+		syscall(SYS_munmap, p, len);
+}
+
+static size_t round_page(size_t n)
+{
+	return (n + MM_PAGE - 1) & ~(MM_PAGE - 1);
+}
+
+/* ---- folio locks: a bit in the folio word, waiters sleep on the word ---- */
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t val)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+bool folio_trylock(_Atomic uint32_t *f)
+{
+	uint32_t v = atomic_load_explicit(f, memory_order_relaxed);
+
+	while (!(v & FL_LOCK))
+		if (atomic_compare_exchange_weak_explicit(f, &v, v | FL_LOCK, memory_order_acquire,
+							  memory_order_relaxed))
+			return true;
+	return false;
+}
+
+void folio_lock(_Atomic uint32_t *f)
+{
+	for (int spins = 0;; spins++) {
+		uint32_t v = atomic_load_explicit(f, memory_order_relaxed);
+
+		if (!(v & FL_LOCK)) {
+			if (atomic_compare_exchange_weak_explicit(f, &v, v | FL_LOCK, memory_order_acquire,
+								  memory_order_relaxed))
+				return;
+			continue;
+		}
+		if (spins < 100) {
+			__builtin_ia32_pause();
+			continue;
+		}
+		if (!(v & FL_WAIT) && !atomic_compare_exchange_weak(f, &v, v | FL_WAIT))
+			continue;
+		futex_wait(f, v | FL_WAIT);
+	}
+}
+
+void folio_unlock(_Atomic uint32_t *f)
+{
+	uint32_t v = atomic_fetch_and_explicit(f, ~(FL_LOCK | FL_WAIT), memory_order_release);
+
+	if (v & FL_WAIT)
+		futex_wake_all(f);
+}
+
+void folio_summarize(struct mm_region *r, size_t fi)
+{
+	size_t first, end;
+	uint32_t set = 0;
+
+	region_folio_pages(r, fi, &first, &end);
+	for (size_t i = first; i < end; i++) {
+		unsigned k = pg_kind(r->pages[i]);
+
+		if (k == PG_PRESENT)
+			set |= FL_PRESENT;
+		else if (k == PG_SHADOW)
+			set |= FL_SHADOW;
+		else if (k == PG_SWAPPED)
+			set |= FL_SWAPPED;
+	}
+	atomic_fetch_and(&r->folios[fi], ~(FL_PRESENT | FL_SHADOW | FL_SWAPPED) | set);
+	atomic_fetch_or(&r->folios[fi], set);
+}
+
+/* ---- releasing what pages hold ---- */
+
+/* Free swap copies of the pages [first, end) for which @want(w) holds, in runs of one swap folio. */
+static void free_copies(struct uswap_mm *m, const uint64_t *pages, size_t first, size_t end, bool clean_only)
+{
+	size_t i = first;
+
+	while (i < end) {
+		uint64_t w = pages[i];
+		size_t n = 1;
+
+		if (!(clean_only ? (pg_kind(w) != PG_SWAPPED && (w & PG_CLEAN)) : pg_has_copy(w))) {
+			i++;
+			continue;
+		}
+		while (i + n < end && pg_has_copy(pages[i + n]) &&
+		       (!clean_only || pg_kind(pages[i + n]) != PG_SWAPPED) &&
+		       pg_copy_follows(pages[i + n - 1], pages[i + n]))
+			n++;
+		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), n);
+		i += n;
+	}
+}
+
+void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end)
+{
+	free_copies(m, r->pages, first, end, true);
+	for (size_t i = first; i < end; i++)
+		if (pg_kind(r->pages[i]) != PG_SWAPPED && (r->pages[i] & PG_CLEAN))
+			r->pages[i] = pg_make(pg_kind(r->pages[i]), 0, 0, false);
+}
+
+void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end)
+{
+	uint64_t resident = 0, inactive = 0;
+	size_t run = 0;
+
+	free_copies(m, r->pages, first, end, false);
+	for (size_t i = first; i < end; i++) {
+		unsigned k = pg_kind(r->pages[i]);
+
+		if (k == PG_PRESENT || k == PG_SHADOW)
+			resident++;
+		if (k == PG_SHADOW) {
+			inactive++;
+			run++;
+		} else if (run) {
+			madvise((void *)region_shadow(r, i - run), run * MM_PAGE, MADV_DONTNEED);
+			run = 0;
+		}
+		r->pages[i] = 0;
+	}
+	if (run)
+		madvise((void *)region_shadow(r, end - run), run * MM_PAGE, MADV_DONTNEED);
+	atomic_fetch_sub(&m->resident, resident);
+	atomic_fetch_sub(&m->inactive, inactive);
+}
+
+/* ---- the table ---- */
+
+int region_table_init(struct uswap_mm *m)
+{
+	pthread_rwlockattr_t a;
+
+	pthread_rwlockattr_init(&a);
+	/* Faults and reclaim read all the time; an event that must change the table would starve. */
+	pthread_rwlockattr_setkind_np(&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&m->tbl_lock, &a);
+	pthread_rwlockattr_destroy(&a);
+	m->tbl_cap = 64;
+	m->tbl = mm_map_mem(m->tbl_cap * sizeof(*m->tbl));
+	if (!m->tbl)
+		return -ENOMEM;
+	atomic_fetch_add(&m->meta_bytes, m->tbl_cap * sizeof(*m->tbl));
+	return 0;
+}
+
+static size_t region_mem_bytes(size_t nr_pages, size_t nr_folios)
+{
+	return round_page(sizeof(struct mm_region) + nr_pages * sizeof(uint64_t) +
+			  nr_folios * sizeof(uint32_t));
+}
+
+static void region_free(struct uswap_mm *m, struct mm_region *r)
+{
+	size_t bytes = region_mem_bytes(r->nr_pages, r->nr_folios);
+
+	atomic_fetch_sub(&m->meta_bytes, bytes);
+	mm_unmap_mem(r, bytes);
+}
+
+void region_table_destroy(struct uswap_mm *m)
+{
+	for (unsigned i = 0; i < m->nr_regions; i++)
+		region_free(m, m->tbl[i]);
+	mm_unmap_mem(m->tbl, m->tbl_cap * sizeof(*m->tbl));
+	m->tbl = NULL;
+	m->nr_regions = 0;
+	pthread_rwlock_destroy(&m->tbl_lock);
+}
+
+unsigned region_after(struct uswap_mm *m, uintptr_t addr)
+{
+	unsigned lo = 0, hi = m->nr_regions;
+
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+
+		if (m->tbl[mid]->end <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct mm_region *region_find(struct uswap_mm *m, uintptr_t addr)
+{
+	unsigned i = region_after(m, addr);
+
+	return i < m->nr_regions && m->tbl[i]->start <= addr ? m->tbl[i] : NULL;
+}
+
+static int table_insert(struct uswap_mm *m, struct mm_region *r)
+{
+	unsigned i;
+
+	if (m->nr_regions == m->tbl_cap) {
+		unsigned cap = m->tbl_cap * 2;
+		struct mm_region **t = mm_map_mem(cap * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		memcpy(t, m->tbl, m->nr_regions * sizeof(*t));
+		mm_unmap_mem(m->tbl, m->tbl_cap * sizeof(*t));
+		atomic_fetch_add(&m->meta_bytes, (cap - m->tbl_cap) * sizeof(*t));
+		m->tbl = t;
+		m->tbl_cap = cap;
+	}
+	i = region_after(m, r->start);
+	memmove(m->tbl + i + 1, m->tbl + i, (m->nr_regions - i) * sizeof(*m->tbl));
+	m->tbl[i] = r;
+	m->nr_regions++;
+	return 0;
+}
+
+static void table_remove(struct uswap_mm *m, struct mm_region *r)
+{
+	unsigned i = region_after(m, r->start);
+
+	if (i < m->nr_regions && m->tbl[i] == r) {
+		memmove(m->tbl + i, m->tbl + i + 1, (m->nr_regions - i - 1) * sizeof(*m->tbl));
+		m->nr_regions--;
+	}
+}
+
+/* A region struct with page and folio words for [start, end), all zero (NONE, unlocked). */
+static struct mm_region *region_alloc(struct uswap_mm *m, uintptr_t start, uintptr_t end,
+				      unsigned folio_shift)
+{
+	size_t fbytes = MM_PAGE << folio_shift;
+	uintptr_t fbase = start & ~(fbytes - 1);
+	size_t nr_pages = (end - start) >> MM_PAGE_SHIFT;
+	size_t nr_folios = (end - fbase + fbytes - 1) / fbytes;
+	size_t bytes = region_mem_bytes(nr_pages, nr_folios);
+	struct mm_region *r = mm_map_mem(bytes);
+
+	if (!r)
+		return NULL;
+	atomic_fetch_add(&m->meta_bytes, bytes);
+	r->start = start;
+	r->end = end;
+	r->fbase = fbase;
+	r->folio_shift = folio_shift;
+	r->nr_pages = nr_pages;
+	r->nr_folios = nr_folios;
+	r->pages = (uint64_t *)(r + 1);
+	r->folios = (_Atomic uint32_t *)(r->pages + nr_pages);
+	r->seq = atomic_fetch_add(&m->seq, 1) + 1;
+	return r;
+}
+
+static int register_range(int uffd, uintptr_t start, size_t len, __u64 mode, __u64 need_ioctls)
+{
+	struct uffdio_register reg = {.range = {.start = start, .len = len}, .mode = mode};
+
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg))
+		return -errno;
+	if ((reg.ioctls & need_ioctls) != need_ioctls) {
+		struct uffdio_range rg = {.start = start, .len = len};
+
+		ioctl(uffd, UFFDIO_UNREGISTER, &rg);
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+/* Pages of [start, end) the kernel holds (present, or in its own swap): PRESENT for us. */
+static uint64_t scan_present(struct mm_region *r)
+{
+	struct page_region vec[64];
+	uint64_t n = 0;
+	uintptr_t at = r->start;
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	while (at < r->end) {
+		struct pm_scan_arg a = {
+			.size = sizeof(a),
+			.start = at,
+			.end = r->end,
+			.vec = (uintptr_t)vec,
+			.vec_len = 64,
+			.category_anyof_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+			.return_mask = PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+		};
+		long nr = ioctl(fd, PAGEMAP_SCAN, &a);
+
+		if (nr < 0)
+			break;
+		for (long i = 0; i < nr; i++)
+			for (uintptr_t p = vec[i].start; p < vec[i].end; p += MM_PAGE) {
+				r->pages[region_page(r, p)] = PG_PRESENT;
+				n++;
+			}
+		if (a.walk_end <= at)
+			break;
+		at = a.walk_end;
+	}
+	close(fd);
+	for (size_t fi = 0; fi < r->nr_folios; fi++)
+		folio_summarize(r, fi);
+	return n;
+}
+
+int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned folio_shift, bool owned,
+	       bool scan, struct mm_region **out)
+{
+	const __u64 need = 1ull << _UFFDIO_COPY | 1ull << _UFFDIO_WAKE | 1ull << _UFFDIO_WRITEPROTECT |
+			   1ull << _UFFDIO_MOVE;
+	size_t len = end - start;
+	struct mm_region *r = region_alloc(m, start, end, folio_shift);
+	void *shadow;
+	int ret;
+
+	if (!r)
+		return err_set(-ENOMEM, "no memory for the page state of %zu bytes", len);
+	shadow = mm_map_mem(len);
+	if (!shadow) {
+		ret = err_set(-ENOMEM, "cannot reserve %zu bytes of address space for a shadow range", len);
+		goto out_free;
+	}
+	madvise(shadow, len, MADV_NOHUGEPAGE);
+	ret = register_range(m->uffd_shadow, (uintptr_t)shadow, len, UFFDIO_REGISTER_MODE_MISSING,
+			     1ull << _UFFDIO_MOVE);
+	if (ret) {
+		err_set(ret, "cannot register a shadow range with userfaultfd (%s)", strerror(-ret));
+		goto out_shadow;
+	}
+	r->shadow = (uintptr_t)shadow;
+	r->owned = owned;
+	/* THP would make eviction split huge pages; folios are the unit here. */
+	madvise((void *)start, len, MADV_NOHUGEPAGE);
+	ret = register_range(m->uffd, start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
+			     need);
+	if (ret) {
+		err_set(ret,
+			"cannot register [%#lx, %#lx) with userfaultfd (%s): it must be private anonymous "
+			"read-write memory",
+			(unsigned long)start, (unsigned long)end, strerror(-ret));
+		goto out_shadow;
+	}
+	if (scan)
+		atomic_fetch_add(&m->resident, scan_present(r));
+	ret = table_insert(m, r);
+	if (ret) {
+		struct uffdio_range rg = {.start = start, .len = len};
+
+		ioctl(m->uffd, UFFDIO_UNREGISTER, &rg);
+		goto out_shadow;
+	}
+	if (out)
+		*out = r;
+	return 0;
+
+out_shadow:
+	mm_unmap_mem(shadow, len);
+out_free:
+	region_free(m, r);
+	return ret;
+}
+
+/*
+ * A new region for [a, b) of @r carrying its page states (and shadow pages), placed at a + delta.
+ * Folio flags are recomputed for the new grid; locks are free (tbl_lock is held for writing).
+ */
+static struct mm_region *region_slice(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uintptr_t b,
+				      intptr_t delta)
+{
+	struct mm_region *n = region_alloc(m, a + delta, b + delta, r->folio_shift);
+
+	if (!n)
+		return NULL;
+	n->shadow = region_shadow(r, region_page(r, a));
+	n->owned = r->owned;
+	n->seq = r->seq;
+	memcpy(n->pages, r->pages + region_page(r, a), n->nr_pages * sizeof(uint64_t));
+	for (size_t fi = 0; fi < n->nr_folios; fi++) {
+		uintptr_t fa = n->fbase + (fi << (MM_PAGE_SHIFT + n->folio_shift));
+		uint32_t ref = FL_REF;
+
+		if (!delta) {
+			uintptr_t oa = fa < r->start ? r->start : fa;
+
+			ref = atomic_load(&r->folios[region_folio(r, oa)]) & (FL_REF | FL_PINNED);
+		}
+		atomic_store(&n->folios[fi], ref);
+		folio_summarize(n, fi);
+	}
+	return n;
+}
+
+/*
+ * Replace @r by its parts outside [a, b) (none, one or two). Return: 0 or -ENOMEM (then @r stays, and
+ * the caller's pages inside were already dropped: they read as zero, which is still right).
+ */
+static int region_cut(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uintptr_t b)
+{
+	struct mm_region *left = NULL, *right = NULL;
+
+	if (a > r->start && !(left = region_slice(m, r, r->start, a, 0)))
+		return -ENOMEM;
+	if (b < r->end && !(right = region_slice(m, r, b, r->end, 0))) {
+		if (left)
+			region_free(m, left);
+		return -ENOMEM;
+	}
+	table_remove(m, r);
+	if (left)
+		table_insert(m, left);
+	if (right)
+		table_insert(m, right);
+	region_free(m, r);
+	return 0;
+}
+
+void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end)
+{
+	unsigned i = region_after(m, start);
+
+	while (i < m->nr_regions && m->tbl[i]->start < end) {
+		struct mm_region *r = m->tbl[i];
+		uintptr_t a = start > r->start ? start : r->start;
+		uintptr_t b = end < r->end ? end : r->end;
+		uintptr_t sh = region_shadow(r, region_page(r, a));
+
+		pages_drop(m, r, region_page(r, a), region_page(r, b));
+		if (region_cut(m, r, a, b)) {
+			i++;
+			continue;
+		}
+		/* The shadow of the forgotten part goes with it (uffd_shadow has no events). */
+		mm_unmap_mem((void *)sh, b - a);
+		i = region_after(m, b);
+	}
+}
+
+int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len)
+{
+	struct mm_region *moved[16];
+	unsigned nr = 0, i;
+	intptr_t delta = (intptr_t)(to - from);
+	uintptr_t end = from + len;
+	int ret = 0;
+
+	/* Whatever we still had at the destination was unmapped by the kernel first. */
+	region_forget(m, to, to + len);
+	i = region_after(m, from);
+	while (i < m->nr_regions && m->tbl[i]->start < end && nr < 16) {
+		struct mm_region *r = m->tbl[i];
+		uintptr_t a = from > r->start ? from : r->start;
+		uintptr_t b = end < r->end ? end : r->end;
+		struct mm_region *n = region_slice(m, r, a, b, delta);
+
+		if (!n) {
+			ret = -ENOMEM;
+			pages_drop(m, r, region_page(r, a), region_page(r, b));
+		} else {
+			moved[nr++] = n;
+		}
+		/* The data moved with the slice: cut without dropping anything. */
+		if (region_cut(m, r, a, b))
+			i++;
+		else
+			i = region_after(m, b);
+	}
+	for (unsigned k = 0; k < nr; k++)
+		table_insert(m, moved[k]);
+	return ret;
+}
+
+/* The vma containing @addr, from /proc/self/maps, read without stdio (no malloc on this path). */
+static int vma_bounds(uintptr_t addr, uintptr_t *vs, uintptr_t *ve)
+{
+	char buf[4096];
+	size_t have = 0;
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	int ret = -ENOENT;
+
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = 0;
+		while ((nl = strchr(line, '\n'))) {
+			unsigned long s, e;
+
+			*nl = 0;
+			if (sscanf(line, "%lx-%lx", &s, &e) == 2 && s <= addr && addr < e) {
+				*vs = s;
+				*ve = e;
+				ret = 0;
+				goto out;
+			}
+			line = nl + 1;
+		}
+		have = (size_t)(buf + have - line);
+		memmove(buf, line, have);
+	}
+out:
+	close(fd);
+	return ret;
+}
+
+int region_adopt(struct uswap_mm *m, uintptr_t addr)
+{
+	uintptr_t vs, ve;
+	unsigned i;
+	int ret;
+
+	if (region_find(m, addr))
+		return 0;
+	ret = vma_bounds(addr, &vs, &ve);
+	if (ret)
+		return ret;
+	i = region_after(m, addr);
+	if (i > 0 && m->tbl[i - 1]->end > vs)
+		vs = m->tbl[i - 1]->end;
+	if (i < m->nr_regions && m->tbl[i]->start < ve)
+		ve = m->tbl[i]->start;
+	return region_add(m, vs, ve, m->folio_shift, false, true, NULL);
+}

@@ -1,0 +1,221 @@
+/*
+ * test_mm.c - memory regions on userfaultfd: every test writes known data into regions larger than
+ * the resident limit and checks each page against a checksum kept outside the regions.
+ * Skips (77) when userfaultfd is not available for kernel-mode faults or the kernel is too old.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core/testhook.h"
+#include "util/csum.h"
+#include "uswap.h"
+
+#define PS  4096ul
+#define MiB (1024ul * 1024)
+/* A stack that takes every page: random pages go to the file. */
+#define TIERS "same,zpool:lz4:max=64M,file:size=256M"
+
+static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
+{
+	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio};
+	struct uswap_mm *m = NULL;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	if (ret)
+		fprintf(stderr, "uswap_mm_create: %s\n", uswap_errmsg());
+	return m;
+}
+
+/* Page @i at version @v: mixed kinds (zero, same-filled, text, random) by seed. */
+static uint32_t put_page(unsigned char *p, size_t i, uint64_t v)
+{
+	fill_page(p, PK_MIXED, seed_for(i * 1000003 + v));
+	return csum_buf(p, PS);
+}
+
+static size_t verify_pages(const unsigned char *base, size_t n, const uint32_t *sums)
+{
+	size_t bad = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (csum_buf(base + i * PS, PS) != sums[i] && bad++ < 5)
+			fprintf(stderr, "[%s] page %zu differs\n", check_test, i);
+	return bad;
+}
+
+static uint64_t swap_pages(struct uswap_mm *m)
+{
+	struct uswap_stats st;
+
+	uswap_stats(uswap_mm_swap(m), &st);
+	return st.pages;
+}
+
+static void test_mm_basic(void)
+{
+	const size_t n = 4096; /* 16 MiB under a 4 MiB limit */
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	struct uswap_mm_stats st;
+	unsigned char *p;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(p[i * PS + 100], 0); /* zero on first touch */
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+	CHECK(st.evictions > 0);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	for (size_t i = n; i-- > 0;)
+		CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
+	uswap_mm_stats(m, &st);
+	CHECK(st.swapins > 0);
+	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.resident_bytes, 0);
+	CHECK_EQ(st.regions, 0);
+	CHECK_EQ(swap_pages(m), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/* ---- several threads, random reads and writes, region 4x the limit ---- */
+
+struct mt {
+	unsigned char *base;
+	size_t n;
+	unsigned nthreads;
+	int ops; /* per thread */
+	uint32_t *sums;
+	uint64_t *ver;
+	_Atomic size_t bad;
+};
+
+struct mt_arg {
+	struct mt *mt;
+	unsigned t;
+};
+
+/* A read of a page another thread may be writing: racy on purpose, so hidden from TSan. */
+__attribute__((noinline, no_sanitize_thread)) static unsigned char peek(const unsigned char *p)
+{
+	return *(const volatile unsigned char *)p;
+}
+
+static void *mt_worker(void *arg)
+{
+	struct mt_arg *a = arg;
+	struct mt *mt = a->mt;
+	uint64_t s = seed_for(1000 + a->t);
+	volatile unsigned char sink = 0;
+
+	for (int op = 0; op < mt->ops; op++) {
+		size_t i;
+
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		i = (size_t)(s >> 33) % mt->n;
+		if (i % mt->nthreads == a->t) {
+			unsigned char *pg = mt->base + i * PS;
+
+			if ((s >> 20) & 1) {
+				mt->sums[i] = put_page(pg, i, ++mt->ver[i]);
+			} else if ((s >> 21) & 1) {
+				/* one word changes: a partial write of a possibly swapped page */
+				pg[(s >> 40) % PS] ^= 0x5a;
+				mt->sums[i] = csum_buf(pg, PS);
+			} else if (csum_buf(pg, PS) != mt->sums[i]) {
+				atomic_fetch_add(&mt->bad, 1);
+			}
+		} else {
+			sink += peek(mt->base + i * PS + (s >> 44) % PS);
+		}
+	}
+	(void)sink;
+	return NULL;
+}
+
+static void run_mt(struct uswap_mm *m, size_t n, unsigned nthreads, size_t folio)
+{
+	/* Large folios move more per miss: fewer touches keep the work per run about the same. */
+	struct mt mt = {.n = n,
+			.nthreads = nthreads,
+			.ops = 20000 >> (folio > PS ? (__builtin_ctzl(folio) - 12) * 2 / 3 : 0)};
+	pthread_t th[8];
+	struct mt_arg args[8];
+	struct uswap_mm_stats st;
+
+	mt.sums = calloc(n, sizeof(*mt.sums));
+	mt.ver = calloc(n, sizeof(*mt.ver));
+	CHECK_EQ(uswap_map(m, n * PS, folio, (void **)&mt.base), 0);
+	for (size_t i = 0; i < n; i++)
+		mt.sums[i] = put_page(mt.base + i * PS, i, 0);
+	for (unsigned t = 0; t < nthreads; t++) {
+		args[t] = (struct mt_arg){&mt, t};
+		pthread_create(&th[t], NULL, mt_worker, &args[t]);
+	}
+	for (unsigned t = 0; t < nthreads; t++)
+		pthread_join(th[t], NULL);
+	CHECK_EQ(atomic_load(&mt.bad), 0);
+	CHECK_EQ(verify_pages(mt.base, n, mt.sums), 0);
+	uswap_mm_stats(m, &st);
+	if (getenv("USWAP_TEST_VERBOSE"))
+		fprintf(stderr,
+			"folio %zu: swapins %llu pages %llu soft %llu evictions %llu pages %llu clean %llu "
+			"demotions %llu direct %llu wp %llu zero %llu p50 %llu p99 %llu resident %llu\n",
+			folio, (unsigned long long)st.swapins, (unsigned long long)st.swapin_pages,
+			(unsigned long long)st.soft_faults, (unsigned long long)st.evictions,
+			(unsigned long long)st.evicted_pages, (unsigned long long)st.clean_evictions,
+			(unsigned long long)st.demotions, (unsigned long long)st.direct_reclaims,
+			(unsigned long long)st.wp_faults, (unsigned long long)st.zero_fills,
+			(unsigned long long)st.swapin_ns_p50, (unsigned long long)st.swapin_ns_p99,
+			(unsigned long long)st.resident_bytes);
+	CHECK(st.swapins > 0);
+	CHECK(st.evictions > 0);
+	CHECK_EQ(st.load_failures, 0);
+	CHECK_EQ(uswap_unmap(m, mt.base, n * PS), 0);
+	CHECK_EQ(swap_pages(m), 0);
+	free(mt.sums);
+	free(mt.ver);
+}
+
+static void test_mm_threads_4x_limit(void)
+{
+	struct uswap_mm *m = mm_new(8 * MiB, TIERS, 0);
+
+	if (!m)
+		return;
+	run_mt(m, 8192, 4, 0); /* 32 MiB */
+	uswap_mm_destroy(m);
+}
+
+static void test_mm_folio_sweep(void)
+{
+	static const size_t folios[] = {4096, 16384, 65536, 262144, 2 * MiB};
+
+	for (size_t k = 0; k < sizeof(folios) / sizeof(folios[0]); k++) {
+		struct uswap_mm *m = mm_new(8 * MiB, TIERS, folios[k]);
+		struct uswap_mm_stats st;
+
+		if (!m)
+			return;
+		run_mt(m, 8192, 2, folios[k]);
+		uswap_mm_stats(m, &st);
+		CHECK(st.swapin_pages >= st.swapins);
+		uswap_mm_destroy(m);
+	}
+}
+
+CHECK_MAIN(T(test_mm_basic), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep))
