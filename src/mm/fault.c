@@ -393,6 +393,12 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 	r = region_find(m, addr);
 	if (!r) {
 		pthread_rwlock_unlock(&m->tbl_lock);
+		/*
+		 * No region: a range that grew in place (adopt it), or one that mremap() moved and whose
+		 * REMAP event another handler has read but not applied yet: adopting it now would zero-fill
+		 * pages that are swapped. So first let every event read so far be applied.
+		 */
+		mm_settle(m);
 		pthread_rwlock_wrlock(&m->tbl_lock);
 		region_adopt(m, addr);
 		pthread_rwlock_unlock(&m->tbl_lock);
@@ -510,6 +516,11 @@ static void on_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t le
 	pthread_rwlock_unlock(&m->tbl_lock);
 }
 
+/*
+ * Events of a batch are applied before its faults, and ev_readers/ev_pending let a handler wait until
+ * every event read so far is applied (mm_settle()): the kernel completes an event when it is read, so
+ * the program may already touch a moved range while the event still sits in another handler's batch.
+ */
 static void *handler_main(void *arg)
 {
 	struct mm_handler *h = arg;
@@ -526,12 +537,18 @@ static void *handler_main(void *arg)
 	}
 	for (;;) {
 		uint64_t seq = atomic_load(&m->seq);
-		ssize_t n = read(m->uffd, msgs, sizeof(msgs));
+		ssize_t n;
+		size_t nr, nev = 0;
 
+		atomic_fetch_add(&m->ev_readers, 1);
+		n = read(m->uffd, msgs, sizeof(msgs));
 		if (n < 0) {
-			if (errno == EINTR)
+			int e = errno;
+
+			atomic_fetch_sub(&m->ev_readers, 1);
+			if (e == EINTR)
 				continue;
-			if (errno != EAGAIN)
+			if (e != EAGAIN)
 				break;
 			if (poll(p, 2, -1) < 0 && errno != EINTR)
 				break;
@@ -539,13 +556,17 @@ static void *handler_main(void *arg)
 				break;
 			continue;
 		}
-		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+		nr = (size_t)n / sizeof(msgs[0]);
+		for (size_t i = 0; i < nr; i++)
+			nev += msgs[i].event != UFFD_EVENT_PAGEFAULT;
+		atomic_fetch_add(&m->ev_pending, nev);
+		atomic_fetch_sub(&m->ev_readers, 1);
+		for (size_t i = 0; i < nr; i++) {
 			const struct uffd_msg *msg = &msgs[i];
 
 			switch (msg->event) {
 			case UFFD_EVENT_PAGEFAULT:
-				on_pagefault(h, msg);
-				break;
+				continue;
 			case UFFD_EVENT_REMOVE:
 				on_remove(m, msg->arg.remove.start, msg->arg.remove.end);
 				break;
@@ -558,9 +579,19 @@ static void *handler_main(void *arg)
 			default:
 				break;
 			}
+			atomic_fetch_sub(&m->ev_pending, 1);
 		}
+		for (size_t i = 0; i < nr; i++)
+			if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
+				on_pagefault(h, &msgs[i]);
 	}
 	return NULL;
+}
+
+void mm_settle(struct uswap_mm *m)
+{
+	while (atomic_load(&m->ev_readers) || atomic_load(&m->ev_pending))
+		sched_yield();
 }
 
 int fault_start(struct uswap_mm *m)

@@ -172,6 +172,9 @@ struct uswap_mm {
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
 
+	_Atomic unsigned ev_readers; /* handlers inside read() of the uffd, see handler_main() */
+	_Atomic uint64_t ev_pending; /* events read and not applied yet */
+
 	struct mm_handler *handlers;
 	unsigned nr_handlers;
 	unsigned char *zero;       /* MM_FOLIO_MAX of zeros, read-only */
@@ -215,6 +218,12 @@ void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t en
 int fault_start(struct uswap_mm *m);
 void fault_stop(struct uswap_mm *m);
 /*
+ * Wait until every event the handlers have read (munmap, mremap, madvise of registered ranges) is
+ * applied to the region table. Context: no tbl_lock or folio lock held. After a munmap() returns,
+ * mm_settle() makes the statistics reflect it.
+ */
+void mm_settle(struct uswap_mm *m);
+/*
  * Bring every page of folio @fi in (NONE pages zero-filled, SWAPPED loaded, SHADOW moved back).
  * @write: the access is a write (copies are dropped, pages mapped writable); otherwise copies are
  * kept and clean pages mapped write-protected. Context: folio locked, tbl_lock read. Return: 0, or
@@ -231,9 +240,11 @@ void reclaim_kick(struct uswap_mm *m);
 size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
 /*
  * Context: folio locked, tbl_lock read. Move the present pages of folio @fi to its shadow.
- * Return: pages moved, or -errno (-EBUSY: shared with a fork child or pinned).
+ * Return: pages moved, or -errno (-EBUSY: shared with a fork child or pinned; *busy and *busy_len
+ * then name the pages that would not move).
  */
-ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi);
+ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
+			     size_t *busy_len);
 /* Context: folio locked. Store the shadow pages of folio @fi and release them. Return: pages, -errno. */
 ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi);
 

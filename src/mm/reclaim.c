@@ -38,7 +38,8 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
+ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
+			     size_t *busy_len)
 {
 	size_t first, end, moved = 0;
 	int ret = 0;
@@ -60,6 +61,10 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
 			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_SHADOW;
 		atomic_fetch_add(&m->inactive, dp);
 		moved += dp;
+		if (ret == -EBUSY && busy) {
+			*busy = region_addr(r, i + dp);
+			*busy_len = (n - dp) * MM_PAGE;
+		}
 		if (ret == -ENOENT && dp < n) {
 			/*
 			 * A hole where we counted a page: the kernel zapped it after we handled its REMOVE
@@ -200,16 +205,16 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 					atomic_fetch_and(f, ~(FL_PINNED | FL_REF));
 					res->touched++;
 				} else if (folio_trylock(f)) {
-					got = reclaim_demote_folio(m, r, fi);
-					if (got == -EBUSY) {
-						size_t a, b;
+					uintptr_t ba = 0;
+					size_t bl = 0;
 
+					got = reclaim_demote_folio(m, r, fi, &ba, &bl);
+					if (bl && res->nr_cow < MAX_COW) {
+						res->cow[res->nr_cow] = ba;
+						res->cow_len[res->nr_cow++] = bl;
+					}
+					if (got == -EBUSY) {
 						atomic_fetch_or(f, FL_PINNED);
-						region_folio_pages(r, fi, &a, &b);
-						if (res->nr_cow < MAX_COW) {
-							res->cow[res->nr_cow] = region_addr(r, a);
-							res->cow_len[res->nr_cow++] = (b - a) * MM_PAGE;
-						}
 					} else if (got > 0) {
 						res->pages += (size_t)got;
 					}
@@ -232,9 +237,11 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 }
 
 /*
- * Pages shared with a fork child cannot be moved (-EBUSY): a write fault makes them ours again.
- * MADV_POPULATE_WRITE does that without changing a byte, and fails harmlessly on an unmapped range.
- * Context: no lock held (it may fault, and a handler must be free to answer).
+ * Pages shared with a fork child (or read-only since a fork) cannot be moved (-EBUSY): a write fault
+ * makes them ours again. MADV_POPULATE_WRITE does that without changing a byte, and fails harmlessly
+ * on an unmapped range. A write-protected clean page raises a WP fault (its copy is dropped).
+ * Context: the reclaimer thread only, no lock held: it may fault, and a handler must be free to
+ * answer, so a handler in direct reclaim never does it.
  */
 static void cow_break(struct hand_result *res)
 {
@@ -269,7 +276,8 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
 				     &front);
 		hand_advance(m, false, want, 4 * want + 64, &back);
 		pthread_mutex_unlock(&m->reclaim_lock);
-		cow_break(&front);
+		if (!direct)
+			cow_break(&front);
 		freed += back.pages;
 		if (direct) {
 			if (!back.pages && !front.pages && !front.touched)

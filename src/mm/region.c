@@ -367,6 +367,8 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 		goto out_free;
 	}
 	madvise(shadow, len, MADV_NOHUGEPAGE);
+	/* A fork child never sees inactive pages (they are brought back before fork anyway). */
+	madvise(shadow, len, MADV_DONTFORK);
 	ret = register_range(m->uffd_shadow, (uintptr_t)shadow, len, UFFDIO_REGISTER_MODE_MISSING,
 			     1ull << _UFFDIO_MOVE);
 	if (ret) {

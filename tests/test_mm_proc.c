@@ -1,0 +1,404 @@
+/*
+ * test_mm_proc.c - memory regions living with the rest of the process: munmap, madvise and mremap of
+ * swapped ranges, fork, swapoff of a tier and a tier that fails, each while pages are being swapped.
+ * Every page is checked against a checksum kept outside the regions.
+ * Skips (77) when userfaultfd is not available for kernel-mode faults or the kernel is too old.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "check.h"
+#include "core/testhook.h"
+#include "mm/mm.h"
+#include "util/csum.h"
+#include "uswap.h"
+
+#define PS  4096ul
+#define MiB (1024ul * 1024)
+/* A stack that takes every page: random pages go to the file. */
+#define TIERS   "same,zpool:lz4:max=64M,file:size=256M"
+#define T_ZPOOL 1
+#define T_FILE  2
+
+static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
+{
+	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio};
+	struct uswap_mm *m = NULL;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	if (ret)
+		fprintf(stderr, "uswap_mm_create: %s\n", uswap_errmsg());
+	return m;
+}
+
+static uint32_t put_page(unsigned char *p, size_t i, uint64_t v)
+{
+	fill_page(p, PK_MIXED, seed_for(i * 1000003 + v));
+	return csum_buf(p, PS);
+}
+
+static size_t verify_range(const unsigned char *base, size_t first, size_t end, const uint32_t *sums)
+{
+	size_t bad = 0;
+
+	for (size_t i = first; i < end; i++)
+		if (csum_buf(base + i * PS, PS) != sums[i] && bad++ < 5)
+			fprintf(stderr, "[%s] page %zu differs\n", check_test, i);
+	return bad;
+}
+
+static bool page_is_zero(const unsigned char *p)
+{
+	for (size_t i = 0; i < PS; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static uint64_t swap_pages(struct uswap_mm *m)
+{
+	struct uswap_stats st;
+
+	uswap_stats(uswap_mm_swap(m), &st);
+	return st.pages;
+}
+
+/*
+ * Pages the regions hold swapped must be exactly what the swap layer holds: nothing leaks.
+ * Context: no program thread running; holding the hands keeps reclaim still while we count.
+ */
+static void check_accounting(struct uswap_mm *m)
+{
+	struct uswap_mm_stats st;
+
+	mm_settle(m);
+	pthread_mutex_lock(&m->reclaim_lock);
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(swap_pages(m), (st.swapped_bytes + st.clean_bytes) / PS);
+	pthread_mutex_unlock(&m->reclaim_lock);
+	CHECK(st.resident_bytes <= st.region_bytes);
+}
+
+/* ---- a thread that keeps pages moving while the test changes the mappings ---- */
+
+struct churn {
+	unsigned char *base;
+	size_t first, end; /* pages it owns: it writes them and checks them */
+	uint32_t *sums;
+	_Atomic bool stop;
+	_Atomic size_t bad;
+	pthread_t th;
+	uint64_t seed;
+};
+
+static void *churn_main(void *arg)
+{
+	struct churn *c = arg;
+	uint64_t s = c->seed, v = 1;
+
+	while (!atomic_load(&c->stop)) {
+		size_t i;
+
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		i = c->first + (size_t)(s >> 33) % (c->end - c->first);
+		if ((s >> 20) & 1)
+			c->sums[i] = put_page(c->base + i * PS, i, 1000 + v++);
+		else if (csum_buf(c->base + i * PS, PS) != c->sums[i])
+			atomic_fetch_add(&c->bad, 1);
+	}
+	return NULL;
+}
+
+static void churn_start(struct churn *c, unsigned char *base, size_t first, size_t end, uint32_t *sums)
+{
+	c->base = base;
+	c->first = first;
+	c->end = end;
+	c->sums = sums;
+	c->seed = seed_for(first);
+	atomic_store(&c->stop, false);
+	atomic_store(&c->bad, 0);
+	pthread_create(&c->th, NULL, churn_main, c);
+}
+
+static void churn_stop(struct churn *c)
+{
+	atomic_store(&c->stop, true);
+	pthread_join(c->th, NULL);
+	CHECK_EQ(atomic_load(&c->bad), 0);
+}
+
+/*
+ * A 24 MiB region under a 4 MiB limit; a thread churns its first third while the test, in the other
+ * two thirds: drops pages with MADV_DONTNEED (they read zero), unmaps a hole with munmap() (the rest
+ * stays intact), moves a swapped range with mremap() (its data follows it, the grown tail is zero).
+ */
+static void test_mm_munmap_madvise_mremap(void)
+{
+	const size_t n = 6144;
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct churn c;
+	struct uswap_mm_stats st;
+	unsigned char *p, *q;
+	size_t moved0 = 4096, moved_n = 512;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.swapped_bytes > 0);
+	churn_start(&c, p, 0, 2048, sums);
+
+	/* MADV_DONTNEED of a swapped range and of a just-written one: both read zero afterwards. */
+	CHECK_EQ(madvise(p + 2100 * PS, 300 * PS, MADV_DONTNEED), 0);
+	for (size_t i = 3000; i < 3100; i++)
+		sums[i] = put_page(p + i * PS, i, 1);
+	CHECK_EQ(madvise(p + 3000 * PS, 50 * PS, MADV_DONTNEED), 0);
+	for (size_t i = 2100; i < 2400; i++) {
+		CHECK(page_is_zero(p + i * PS));
+		sums[i] = csum_buf(p + i * PS, PS);
+	}
+	for (size_t i = 3000; i < 3050; i++) {
+		CHECK(page_is_zero(p + i * PS));
+		sums[i] = csum_buf(p + i * PS, PS);
+	}
+	CHECK_EQ(verify_range(p, 2048, 4096, sums), 0);
+
+	/* munmap() of a hole by the program: the region splits, the pages around it stay. */
+	CHECK_EQ(munmap(p + 2600 * PS, 200 * PS), 0);
+	CHECK_EQ(verify_range(p, 2048, 2600, sums), 0);
+	CHECK_EQ(verify_range(p, 2800, 4096, sums), 0);
+
+	/* mremap() of a range that is mostly swapped out, grown so that it must move. */
+	q = mremap(p + moved0 * PS, moved_n * PS, 2 * moved_n * PS, MREMAP_MAYMOVE);
+	CHECK(q != MAP_FAILED);
+	if (q != MAP_FAILED) {
+		uswap_mm_stats(m, &st);
+		CHECK(st.events_remap >= 1);
+		CHECK_EQ(verify_range(q, 0, moved_n, sums + moved0), 0);
+		for (size_t i = moved_n; i < 2 * moved_n; i++)
+			CHECK(page_is_zero(q + i * PS));
+		/* The moved range is still swapped: write it all, push it out, read it back. */
+		for (size_t i = 0; i < moved_n; i++)
+			sums[moved0 + i] = put_page(q + i * PS, moved0 + i, 2);
+		CHECK_EQ(verify_range(p, 4608, n, sums), 0);
+		CHECK_EQ(verify_range(q, 0, moved_n, sums + moved0), 0);
+		CHECK_EQ(munmap(q, 2 * moved_n * PS), 0);
+	}
+	churn_stop(&c);
+	CHECK_EQ(verify_range(p, 0, 2600, sums), 0);
+	CHECK_EQ(verify_range(p, 2800, moved0, sums), 0);
+	CHECK_EQ(verify_range(p, moved0 + moved_n, n, sums), 0);
+	check_accounting(m);
+	uswap_mm_stats(m, &st);
+	CHECK(st.events_remove >= 2);
+	CHECK(st.events_unmap >= 1);
+	CHECK_EQ(st.load_failures, 0);
+	/* Piece by piece: the holes may hold someone else's mappings by now. */
+	CHECK_EQ(uswap_unmap(m, p, 2600 * PS), 0);
+	CHECK_EQ(uswap_unmap(m, p + 2800 * PS, (moved0 - 2800) * PS), 0);
+	CHECK_EQ(uswap_unmap(m, p + (moved0 + moved_n) * PS, (n - moved0 - moved_n) * PS), 0);
+	mm_settle(m);
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.resident_bytes, 0);
+	CHECK_EQ(st.regions, 0);
+	CHECK_EQ(swap_pages(m), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
+ * fork() with most pages swapped out: the child checks every page while the parent keeps swapping
+ * (its pages are shared with the child until the child writes or exits: reclaim must cope).
+ */
+static void test_mm_fork(void)
+{
+	const size_t n = 4096;
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct uswap_mm_stats st;
+	unsigned char *p;
+	int status = -1;
+	pid_t pid;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 16384, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.swapped_bytes > n * PS / 2);
+	pid = fork();
+	if (pid == 0) {
+		size_t bad = verify_range(p, 0, n, sums);
+
+		/* The child's memory is plain: writing it must not reach the parent. */
+		for (size_t i = 0; i < n; i += 7)
+			p[i * PS] ^= 0xff;
+		_exit(bad ? 1 : 0);
+	}
+	CHECK(pid > 0);
+	for (size_t i = 0; i < n; i += 2)
+		sums[i] = put_page(p + i * PS, i, 1);
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+	check_accounting(m);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	CHECK_EQ(swap_pages(m), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/* ---- the swap layer under the program changes while it runs ---- */
+
+struct workers {
+	unsigned char *base;
+	uint32_t *sums;
+	struct churn c[2];
+};
+
+static void workers_start(struct workers *w, unsigned char *base, size_t n, uint32_t *sums)
+{
+	churn_start(&w->c[0], base, 0, n / 2, sums);
+	churn_start(&w->c[1], base, n / 2, n, sums);
+}
+
+static void workers_stop(struct workers *w)
+{
+	churn_stop(&w->c[0]);
+	churn_stop(&w->c[1]);
+}
+
+/* A fixed amount of work for the workers: wait until the layer has done @n more swap-ins. */
+static void wait_swapins(struct uswap_mm *m, uint64_t n)
+{
+	struct uswap_mm_stats st;
+	uint64_t until;
+
+	uswap_mm_stats(m, &st);
+	until = st.swapins + n;
+	do {
+		sched_yield();
+		uswap_mm_stats(m, &st);
+	} while (st.swapins < until);
+}
+
+/* swapoff of the compressed pool, then of the file, while two threads read and write. */
+static void test_mm_swapoff_running(void)
+{
+	const size_t n = 4096;
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct workers w;
+	struct uswap_stats ss;
+	unsigned char *p;
+	int ret;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	workers_start(&w, p, n, sums);
+	wait_swapins(m, 2000);
+	CHECK_EQ(uswap_swapoff(uswap_mm_swap(m), T_ZPOOL), 0);
+	wait_swapins(m, 2000);
+	uswap_stats(uswap_mm_swap(m), &ss);
+	CHECK_EQ(ss.tier[T_ZPOOL].pages, 0); /* off: it took nothing since */
+	CHECK_EQ(uswap_swapon(uswap_mm_swap(m), T_ZPOOL), 0);
+	wait_swapins(m, 2000);
+	/* Random pages have nowhere else to go: -ENOSPC leaves them in the file, intact. */
+	ret = uswap_swapoff(uswap_mm_swap(m), T_FILE);
+	CHECK(ret == 0 || ret == -ENOSPC);
+	wait_swapins(m, 2000);
+	workers_stop(&w);
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	check_accounting(m);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	CHECK_EQ(swap_pages(m), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
+ * The file tier fails every store from some point on, then the pool too: nothing is lost, the program
+ * goes on. The failures are armed before the workers start (the hook is not meant to change under
+ * running I/O): they fire after a number of stores, in the middle of the run.
+ */
+static void test_mm_tier_fails(void)
+{
+	const size_t n = 4096;
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct uswap_mm_stats st;
+	struct uswap_stats ss;
+	struct workers w;
+	unsigned char *p;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	mm_settle(m);
+	pthread_rwlock_wrlock(&m->tbl_lock); /* no load or store runs while the hooks change */
+	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 300, -EIO, true);
+	backend_inject(testhook_tier(uswap_mm_swap(m), T_ZPOOL), true, 3000, -EIO, true);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	workers_start(&w, p, n, sums);
+	wait_swapins(m, 6000);
+	workers_stop(&w);
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	uswap_mm_stats(m, &st);
+	uswap_stats(uswap_mm_swap(m), &ss);
+	CHECK(st.store_failures > 0);
+	CHECK(ss.tier[T_FILE].errors > 0);
+	CHECK(ss.tier[T_ZPOOL].errors > 0);
+	CHECK_EQ(st.load_failures, 0);
+	/* Tiers back: the program's pages can leave again. */
+	mm_settle(m);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 0, 0, false);
+	backend_inject(testhook_tier(uswap_mm_swap(m), T_ZPOOL), true, 0, 0, false);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 7);
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+	check_accounting(m);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	CHECK_EQ(swap_pages(m), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
+ * TSan builds: swapoff sorts a tier's pages by handle reading descriptors without their lock while
+ * stores go on (core/move.c swapoff_order(): "a stale handle only costs order"). Benign by design;
+ * it is core's, not this test's.
+ */
+const char *__tsan_default_suppressions(void);
+const char *__tsan_default_suppressions(void)
+{
+	return "race:swapoff_order\n";
+}
+
+CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
+	   T(test_mm_tier_fails))
