@@ -9,6 +9,7 @@ int cmd_bench(int argc, char **argv);
 int bench_core(int argc, char **argv);
 int bench_remote(int argc, char **argv);
 int bench_file(int argc, char **argv);
+int bench_mm(int argc, char **argv);
 
 /* Shared by subcommands: print to stderr "uswap: ..." and return 2. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -17,6 +17,8 @@ static const char usage[] =
 	"                        the remote tier against a plain hiredis GET\n"
 	"  bench file [--json] [--size SIZE]\n"
 	"                        the swap-file tier against plain io_uring reads of the same file\n"
+	"  bench mm [--json] [--size SIZE] [--limit SIZE] [--touches N] [--tiers SPEC]\n"
+	"                        memory under a resident limit against plain memory and an exact LRU\n"
 	"  help                  this text\n";
 
 int cli_usage_error(const char *fmt, ...)
@@ -46,6 +48,7 @@ static const struct {
 	{ "core", bench_core },
 	{ "remote", bench_remote },
 	{ "file", bench_file },
+	{ "mm", bench_mm },
 };
 
 int cmd_bench(int argc, char **argv)

@@ -271,9 +271,14 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
 		want = res - target < ROUND_PAGES ? res - target : ROUND_PAGES;
 		pthread_mutex_lock(&m->reclaim_lock);
 		inact = atomic_load(&m->inactive);
-		if (inact < atomic_load(&m->inactive_target) + want)
-			hand_advance(m, true, atomic_load(&m->inactive_target) + want - inact, 4 * want + 64,
-				     &front);
+		if (inact < atomic_load(&m->inactive_target) + want) {
+			uint64_t fwant = atomic_load(&m->inactive_target) + want - inact;
+
+			/* A fault is waiting behind direct reclaim: refill the inactive list only a little. */
+			if (direct && fwant > 2 * want)
+				fwant = 2 * want;
+			hand_advance(m, true, fwant, 4 * fwant + 64, &front);
+		}
 		hand_advance(m, false, want, 4 * want + 64, &back);
 		pthread_mutex_unlock(&m->reclaim_lock);
 		if (!direct)
@@ -300,7 +305,6 @@ void reclaim_kick(struct uswap_mm *m)
 static void *reclaimer_main(void *arg)
 {
 	struct uswap_mm *m = arg;
-
 	pthread_mutex_lock(&m->kick_lock);
 	while (!m->stopping) {
 		size_t freed;

@@ -1,0 +1,451 @@
+/*
+ * bench_mm.c - `uswap bench mm`: program memory under a resident limit against the same workload on
+ * plain memory and against an exact LRU of the same capacity, in one run.
+ *
+ * A region of --size (1 GiB) filled with the core benchmark's page mix is touched under --limit
+ * (256 MiB) in three patterns (seq, rand, zipf theta 0.99 over scattered pages); each touch reads and
+ * writes one word. Per pattern: touches/s with uswap and on plain memory, swap-ins against the misses
+ * of an exact LRU simulated on the same touch sequence, and the latency of touches that swapped in a
+ * text page (so from the compressed pool) as the program sees it. Then the cost of a kernel first-touch
+ * fault and of first touches under uswap. Every page is checked at the end.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <x86intrin.h>
+
+#include "cli/cli.h"
+#include "mm/mm.h"
+#include "util/pagegen.h"
+#include "uswap.h"
+
+#define PS          4096ul
+#define BENCH_TIERS "same,zpool:lz4,file:size=4G" /* random pages need a tier below the pool */
+#define NR_LAT      (1u << 20)
+
+struct mm_opts {
+	uint64_t size, limit, touches;
+	const char *tiers;
+	bool json;
+};
+
+static double tsc_per_us;
+
+static void tsc_calibrate(void)
+{
+	double t0 = cli_now(), t1;
+	uint64_t c0 = __rdtsc(), c1;
+
+	do
+		t1 = cli_now();
+	while (t1 - t0 < 0.05);
+	c1 = __rdtsc();
+	tsc_per_us = (double)(c1 - c0) / ((t1 - t0) * 1e6);
+}
+
+static int parse(int argc, char **argv, struct mm_opts *o)
+{
+	o->size = 1ull << 30;
+	o->limit = 256ull << 20;
+	o->touches = 1000000;
+	o->tiers = BENCH_TIERS;
+	o->json = false;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--json")) {
+			o->json = true;
+		} else if (!strcmp(a, "--size") && v) {
+			if (uswap_parse_size(v, 1, &o->size) || o->size < 1024 * PS)
+				return cli_usage_error("bench mm: --size \"%s\" is not a size of 4M or more",
+						       v);
+			i++;
+		} else if (!strcmp(a, "--limit") && v) {
+			if (uswap_parse_size(v, 1, &o->limit) || o->limit < 256 * PS)
+				return cli_usage_error("bench mm: --limit \"%s\" is not a size of 1M or more",
+						       v);
+			i++;
+		} else if (!strcmp(a, "--touches") && v) {
+			char *end;
+
+			o->touches = strtoull(v, &end, 10);
+			if (*end || o->touches < 1000)
+				return cli_usage_error(
+					"bench mm: --touches \"%s\" is not a count of 1000 or more", v);
+			i++;
+		} else if (!strcmp(a, "--tiers") && v) {
+			o->tiers = v;
+			i++;
+		} else {
+			return cli_usage_error("bench mm: unknown or incomplete option \"%s\"", a);
+		}
+	}
+	if (o->limit >= o->size)
+		return cli_usage_error("bench mm: --limit must be below --size");
+	return 0;
+}
+
+/* ---- touch sequences ---- */
+
+struct zipf {
+	uint64_t n;
+	double theta, alpha, zetan, eta;
+};
+
+static void zipf_init(struct zipf *z, uint64_t n, double theta)
+{
+	double zeta2 = 1.0 + pow(0.5, theta);
+
+	z->n = n;
+	z->theta = theta;
+	z->alpha = 1.0 / (1.0 - theta);
+	z->zetan = 0;
+	for (uint64_t i = 1; i <= n; i++)
+		z->zetan += 1.0 / pow((double)i, theta);
+	z->eta = (1.0 - pow(2.0 / (double)n, 1.0 - theta)) / (1.0 - zeta2 / z->zetan);
+}
+
+static uint64_t zipf_next(const struct zipf *z, double u)
+{
+	double uz = u * z->zetan;
+	uint64_t r;
+
+	if (uz < 1.0)
+		return 0;
+	if (uz < 1.0 + pow(0.5, z->theta))
+		return 1;
+	r = (uint64_t)((double)z->n * pow(z->eta * u - z->eta + 1.0, z->alpha));
+	return r < z->n ? r : z->n - 1;
+}
+
+/* The page of every touch, made once so that uswap, plain memory and the LRU see the same sequence. */
+static uint32_t *make_sequence(char pattern, uint64_t npages, uint64_t n, uint64_t seed)
+{
+	uint32_t *seq = malloc(n * sizeof(*seq));
+	uint64_t rng = seed, mult = 2654435761ull % npages | 1;
+	struct zipf z = {0};
+
+	if (!seq)
+		return NULL;
+	while (mult > 1 && npages % mult == 0)
+		mult += 2;
+	if (pattern == 'z')
+		zipf_init(&z, npages, 0.99);
+	for (uint64_t i = 0; i < n; i++) {
+		rng += 0x9e3779b97f4a7c15ull;
+		if (pattern == 's') {
+			seq[i] = (uint32_t)(i % npages);
+		} else if (pattern == 'r') {
+			seq[i] = (uint32_t)(pagegen_mix(rng) % npages);
+		} else { /* rank r at a scattered page: hot pages share no folio by chance */
+			uint64_t r = zipf_next(&z, (double)(pagegen_mix(rng) >> 11) / 9007199254740992.0);
+
+			seq[i] = (uint32_t)(r * mult % npages);
+		}
+	}
+	return seq;
+}
+
+/* Misses of an exact LRU of @cap pages over seq[0..n), counted from @from on. */
+static uint64_t lru_misses(const uint32_t *seq, uint64_t n, uint64_t from, uint64_t npages, uint64_t cap)
+{
+	uint32_t *prev = malloc(npages * sizeof(*prev)), *next = malloc(npages * sizeof(*next));
+	unsigned char *in = calloc(npages, 1);
+	uint32_t head = UINT32_MAX, tail = UINT32_MAX; /* head: most recent */
+	uint64_t misses = 0, size = 0;
+
+	if (!prev || !next || !in)
+		return 0;
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t p = seq[i];
+
+		if (in[p]) {
+			if (head == p)
+				continue;
+			next[prev[p]] = next[p]; /* unlink (p is not head) */
+			if (tail == p)
+				tail = prev[p];
+			else
+				prev[next[p]] = prev[p];
+		} else {
+			misses += i >= from;
+			if (size == cap) {
+				uint32_t t = tail;
+
+				in[t] = 0;
+				tail = prev[t];
+				if (tail != UINT32_MAX)
+					next[tail] = UINT32_MAX;
+				else
+					head = UINT32_MAX;
+				size--;
+			}
+			in[p] = 1;
+			size++;
+		}
+		prev[p] = UINT32_MAX;
+		next[p] = head;
+		if (head != UINT32_MAX)
+			prev[head] = p;
+		head = p;
+		if (tail == UINT32_MAX)
+			tail = p;
+	}
+	free(prev);
+	free(next);
+	free(in);
+	return misses;
+}
+
+/* ---- the region ---- */
+
+static uint64_t page_seed(uint64_t p)
+{
+	return pagegen_mix(42 ^ p);
+}
+
+static void fill(unsigned char *base, uint64_t npages, unsigned char *kinds)
+{
+	for (uint64_t p = 0; p < npages; p++) {
+		uint64_t s = page_seed(p);
+
+		kinds[p] = (unsigned char)pagegen_mix_kind(s);
+		pagegen_fill(base + p * PS, (enum pagegen_kind)kinds[p], s);
+		memset(base + p * PS, 0, 8); /* word 0 counts the touches */
+	}
+}
+
+static uint64_t verify(const unsigned char *base, uint64_t npages, const unsigned char *kinds,
+		       const uint32_t *touched)
+{
+	unsigned char ref[PS];
+	uint64_t bad = 0;
+
+	for (uint64_t p = 0; p < npages; p++) {
+		const unsigned char *pg = base + p * PS;
+		uint64_t c;
+
+		memcpy(&c, pg, 8);
+		pagegen_fill(ref, (enum pagegen_kind)kinds[p], page_seed(p));
+		if (c != touched[p] || memcmp(pg + 8, ref + 8, PS - 8))
+			bad++;
+	}
+	return bad;
+}
+
+static double touch_plain(unsigned char *base, const uint32_t *seq, uint64_t from, uint64_t n)
+{
+	double t0;
+
+	for (uint64_t i = 0; i < from; i++)
+		(*(volatile uint64_t *)(base + (uint64_t)seq[i] * PS))++;
+	t0 = cli_now();
+	for (uint64_t i = from; i < n; i++)
+		(*(volatile uint64_t *)(base + (uint64_t)seq[i] * PS))++;
+	return cli_now() - t0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+struct pattern_result {
+	const char *name;
+	uint64_t touches, swapins, soft_faults, lru_misses, nr_lat;
+	double seconds, nolimit_seconds, p50_us, p99_us;
+};
+
+/*
+ * The touches under uswap. A touch that swapped in a text page is timed (rdtsc around it, the
+ * handler's swap-in counter tells that it faulted): that is a load from the compressed pool.
+ */
+static double touch_mm(struct uswap_mm *m, unsigned char *base, const uint32_t *seq, uint64_t from,
+		       uint64_t n, const unsigned char *kinds, uint32_t *lat, uint64_t *nr_lat)
+{
+	_Atomic uint64_t *swapins = &m->c.swapins;
+	double t0;
+
+	*nr_lat = 0;
+	t0 = cli_now();
+	for (uint64_t i = from; i < n; i++) {
+		uint64_t s0 = atomic_load_explicit(swapins, memory_order_relaxed);
+		uint64_t c0 = __rdtsc(), c1;
+
+		(*(volatile uint64_t *)(base + (uint64_t)seq[i] * PS))++;
+		c1 = __rdtsc();
+		if (atomic_load_explicit(swapins, memory_order_relaxed) != s0 && kinds[seq[i]] == PG_TEXT &&
+		    *nr_lat < NR_LAT)
+			lat[(*nr_lat)++] = (uint32_t)((double)(c1 - c0) / tsc_per_us * 1000.0); /* ns */
+	}
+	return cli_now() - t0;
+}
+
+static int run_pattern(const struct mm_opts *o, struct uswap_mm *m, unsigned char *region,
+		       unsigned char *plain, const unsigned char *kinds, uint32_t *touched, char pat,
+		       struct pattern_result *res, uint32_t *lat)
+{
+	uint64_t npages = o->size / PS, warm = o->touches / 4, n = warm + o->touches;
+	uint32_t *seq = make_sequence(pat, npages, n, 1234 + (uint64_t)pat);
+	struct uswap_mm_stats a, b;
+
+	if (!seq)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < n; i++)
+		touched[seq[i]]++;
+	res->touches = o->touches;
+	res->lru_misses = lru_misses(seq, n, warm, npages, o->limit / PS);
+	res->nolimit_seconds = touch_plain(plain, seq, warm, n);
+	for (uint64_t i = 0; i < warm; i++)
+		(*(volatile uint64_t *)(region + (uint64_t)seq[i] * PS))++;
+	uswap_mm_stats(m, &a);
+	res->seconds = touch_mm(m, region, seq, warm, n, kinds, lat, &res->nr_lat);
+	uswap_mm_stats(m, &b);
+	res->swapins = b.swapins - a.swapins;
+	res->soft_faults = b.soft_faults - a.soft_faults;
+	qsort(lat, res->nr_lat, sizeof(*lat), cmp_u32);
+	res->p50_us = res->nr_lat ? lat[res->nr_lat / 2] / 1000.0 : 0;
+	res->p99_us = res->nr_lat ? lat[res->nr_lat * 99 / 100] / 1000.0 : 0;
+	free(seq);
+	return 0;
+}
+
+/* Per-page cost of first touches (one write per page, in address order) of @len fresh bytes. */
+static double first_touch_plain_us(size_t len)
+{
+	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double t0, t;
+
+	if (p == MAP_FAILED)
+		return 0;
+	madvise(p, len, MADV_NOHUGEPAGE);
+	t0 = cli_now();
+	for (size_t i = 0; i < len; i += PS)
+		p[i] = 1;
+	t = cli_now() - t0;
+	munmap(p, len);
+	return t * 1e6 / (double)(len / PS);
+}
+
+static double first_touch_mm_us(struct uswap_mm *m, size_t len)
+{
+	unsigned char *p;
+	double t0, t;
+
+	if (uswap_map(m, len, 0, (void **)&p))
+		return 0;
+	t0 = cli_now();
+	for (size_t i = 0; i < len; i += PS)
+		p[i] = 1;
+	t = cli_now() - t0;
+	uswap_unmap(m, p, len);
+	return t * 1e6 / (double)(len / PS);
+}
+
+int bench_mm(int argc, char **argv)
+{
+	static const struct {
+		char c;
+		const char *name;
+	} pats[] = {{'s', "seq"}, {'r', "rand"}, {'z', "zipf"}};
+	struct pattern_result res[3] = {0};
+	struct mm_opts o;
+	struct uswap_mm_options mo = {0};
+	struct uswap_mm_stats st;
+	struct uswap_stats ss;
+	struct uswap_mm *m = NULL, *m2 = NULL;
+	unsigned char *region = NULL, *plain, *kinds;
+	uint32_t *touched, *lat;
+	uint64_t npages, bad;
+	double kernel_us, first_mm_us, t0, fill_s;
+	int ret = parse(argc, argv, &o);
+
+	if (ret)
+		return ret;
+	tsc_calibrate();
+	npages = o.size / PS;
+	mo.limit_bytes = o.limit;
+	mo.tiers = o.tiers;
+	ret = uswap_mm_create(&m, &mo);
+	if (ret) {
+		fprintf(stderr, "uswap: bench mm: %s\n", uswap_errmsg());
+		return 1;
+	}
+	plain = mmap(NULL, o.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	kinds = malloc(npages);
+	touched = calloc(npages, sizeof(*touched));
+	lat = malloc(NR_LAT * sizeof(*lat));
+	if (plain == MAP_FAILED || !kinds || !touched || !lat || uswap_map(m, o.size, 0, (void **)&region)) {
+		fprintf(stderr, "uswap: bench mm: out of memory\n");
+		return 1;
+	}
+	fill(plain, npages, kinds);
+	t0 = cli_now();
+	fill(region, npages, kinds);
+	fill_s = cli_now() - t0;
+	for (unsigned k = 0; k < 3; k++) {
+		res[k].name = pats[k].name;
+		if (run_pattern(&o, m, region, plain, kinds, touched, pats[k].c, &res[k], lat)) {
+			fprintf(stderr, "uswap: bench mm: out of memory\n");
+			return 1;
+		}
+		if (!o.json)
+			fprintf(stderr, "%s: %.0f touches/s (plain %.0f), swapins %llu, lru misses %llu\n",
+				res[k].name, (double)res[k].touches / res[k].seconds,
+				(double)res[k].touches / res[k].nolimit_seconds,
+				(unsigned long long)res[k].swapins, (unsigned long long)res[k].lru_misses);
+	}
+	uswap_mm_stats(m, &st);
+	uswap_stats(uswap_mm_swap(m), &ss);
+	bad = verify(region, npages, kinds, touched);
+
+	/* First touches: the kernel's, then a fresh instance with room to spare (no reclaim). */
+	kernel_us = first_touch_plain_us(64ul << 20);
+	mo.limit_bytes = 0;
+	ret = uswap_mm_create(&m2, &mo);
+	first_mm_us = ret ? 0 : first_touch_mm_us(m2, 64ul << 20);
+	uswap_mm_destroy(m2);
+
+	printf("{\"size_bytes\":%llu,\"limit_bytes\":%llu,\"tiers\":\"%s\",\"touches_per_pattern\":%llu,"
+	       "\"fill_s\":%.2f,\"patterns\":{",
+	       (unsigned long long)o.size, (unsigned long long)o.limit, o.tiers,
+	       (unsigned long long)o.touches, fill_s);
+	for (unsigned k = 0; k < 3; k++) {
+		struct pattern_result *r = &res[k];
+
+		printf("%s\"%s\":{\"touches_per_s\":%.0f,\"nolimit_touches_per_s\":%.0f,\"swapins\":%llu,"
+		       "\"soft_faults\":%llu,\"lru_misses\":%llu,\"swapins_vs_lru\":%.3f,\"fault_us_p50\":%."
+		       "2f,"
+		       "\"fault_us_p99\":%.2f,\"timed_faults\":%llu,\"fault_vs_kernel\":%.2f}",
+		       k ? "," : "", r->name, (double)r->touches / r->seconds,
+		       (double)r->touches / r->nolimit_seconds, (unsigned long long)r->swapins,
+		       (unsigned long long)r->soft_faults, (unsigned long long)r->lru_misses,
+		       r->lru_misses ? (double)r->swapins / (double)r->lru_misses : 0.0, r->p50_us, r->p99_us,
+		       (unsigned long long)r->nr_lat, kernel_us > 0 ? r->p50_us / kernel_us : 0.0);
+	}
+	printf("},\"kernel_fault_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_kernel\":%.2f,"
+	       "\"handler_swapin_us_p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
+	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"store_failures\":%llu,"
+	       "\"mm_meta_bytes_per_page\":%.2f,\"swap_meta_bytes_per_page\":%.2f,\"bad_pages\":%llu,"
+	       "\"verified\":%s}\n",
+	       kernel_us, first_mm_us, kernel_us > 0 ? first_mm_us / kernel_us : 0.0, st.swapin_ns_p50 / 1e3,
+	       st.swapin_ns_p99 / 1e3, (unsigned long long)st.direct_reclaims,
+	       (unsigned long long)st.evictions, (unsigned long long)st.clean_evictions,
+	       (unsigned long long)st.store_failures, (double)st.meta_bytes / (double)npages,
+	       ss.pages ? (double)ss.meta_bytes / (double)ss.pages : 0.0, (unsigned long long)bad,
+	       bad ? "false" : "true");
+	uswap_unmap(m, region, o.size);
+	uswap_mm_destroy(m);
+	munmap(plain, o.size);
+	free(kinds);
+	free(touched);
+	free(lat);
+	return bad ? 1 : 0;
+}
