@@ -1,14 +1,11 @@
 /*
- * test_redis.c - the remote tier: page sealing (seal.c) and round trips through a real redis-server
- * started here on a free loopback port in a temp dir, killed at exit even when a check fails.
+ * test_redis.c - the remote tier on one server: page sealing (seal.c), key slots (rcluster.c), round
+ * trips through a real redis-server started here (tests/rserver.c: killed at exit even when a check
+ * fails), tampered values, db=, and a server that stops answering or dies mid-run.
  */
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <hiredis.h>
@@ -16,8 +13,11 @@
 #include "uswap.h"
 
 #include "../src/backend/backend.h"
+#include "../src/backend/rcluster.h"
 #include "../src/backend/seal.h"
 #include "check.h"
+#include "core/testhook.h"
+#include "rserver.h"
 
 static void test_seal_roundtrip_every_kind(void)
 {
@@ -45,8 +45,8 @@ static void test_seal_rejects_wrong_binding_and_tamper(void)
 	CHECK_EQ(seal_init(&other), 0);
 	fill_page(page, PK_RANDOM, seed_for(42));
 	CHECK_EQ(seal_page(&s, 3, 9, page, PAGE_SIZE, sealed), 0);
-	CHECK_EQ(seal_open(&s, 4, 9, sealed, sizeof(sealed), back), -EIO);  /* another owner's value */
-	CHECK_EQ(seal_open(&s, 3, 10, sealed, sizeof(sealed), back), -EIO); /* an older/newer version */
+	CHECK_EQ(seal_open(&s, 4, 9, sealed, sizeof(sealed), back), -EIO);     /* another owner's value */
+	CHECK_EQ(seal_open(&s, 3, 10, sealed, sizeof(sealed), back), -EIO);    /* an older/newer version */
 	CHECK_EQ(seal_open(&other, 3, 9, sealed, sizeof(sealed), back), -EIO); /* another key */
 	CHECK_EQ(seal_open(&s, 3, 9, sealed, SEAL_OVERHEAD - 1, back), -EIO);
 	for (size_t off = 0; off < sizeof(sealed); off += 517) {
@@ -74,74 +74,36 @@ static void test_seal_nonces_differ(void)
 	seal_destroy(&s);
 }
 
-static pid_t server_pid;
-static int server_port;
-static char server_dir[] = "/tmp/uswap-redis-XXXXXX";
-
-static void server_stop(void)
+static void test_key_slots(void)
 {
-	if (server_pid > 0) {
-		kill(server_pid, SIGKILL);
-		waitpid(server_pid, NULL, 0);
-		server_pid = 0;
-	}
+	CHECK_EQ(rcluster_crc16("123456789", 9), 0x31c3); /* the cluster specification's check value */
+	CHECK_EQ(rcluster_key_slot("foo", 3), 12182);
+	CHECK_EQ(rcluster_key_slot("{user1000}.following", 20),
+		 rcluster_key_slot("{user1000}.followers", 20));
+	CHECK_EQ(rcluster_key_slot("{user1000}.following", 20), rcluster_key_slot("user1000", 8));
+	CHECK_EQ(rcluster_key_slot("foo{}{bar}", 10), rcluster_crc16("foo{}{bar}", 10) % RC_SLOTS);
+	CHECK_EQ(rcluster_key_slot("foo{{bar}}zap", 13), rcluster_key_slot("{bar", 4));
+	CHECK_EQ(rcluster_key_slot("foo{bar}{zap}", 13), rcluster_key_slot("bar", 3));
+	CHECK_EQ(rcluster_key_slot("", 0), 0);
 }
 
-static int free_port(void)
+static struct rserver srv;
+
+static char *spec_for(char *buf, size_t len, const struct rserver *s, const char *opts)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !getsockname(fd, (struct sockaddr *)&a, &len))
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-/* Start redis-server with @policy; wait until it answers PING (readiness, not timing). */
-static void server_start(const char *policy)
-{
-	char port[16];
-
-	if (access("/usr/bin/redis-server", X_OK))
-		check_skip("redis-server not installed");
-	if (!mkdtemp(server_dir))
-		check_skip("mkdtemp failed");
-	server_port = free_port();
-	snprintf(port, sizeof(port), "%d", server_port);
-	server_pid = fork();
-	if (!server_pid) {
-		execl("/usr/bin/redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir",
-		      server_dir, "--save", "", "--appendonly", "no", "--maxmemory-policy", policy,
-		      "--loglevel", "warning", "--logfile", "redis.log", (char *)NULL);
-		_exit(127);
-	}
-	atexit(server_stop);
-	for (int i = 0; i < 500; i++) {
-		redisContext *c = redisConnect("127.0.0.1", server_port);
-		bool up = c && !c->err;
-
-		if (c)
-			redisFree(c);
-		if (up)
-			return;
-		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
-	}
-	check_skip("redis-server did not come up");
+	snprintf(buf, len, "redis://127.0.0.1:%d%s", s->port, opts);
+	return buf;
 }
 
 static void test_redis_roundtrip_through_layer(void)
 {
 	static unsigned char pages[64 * PAGE_SIZE], back[64 * PAGE_SIZE];
-	static const size_t sizes[] = { 1, 4, 16, 64 };
+	static const size_t sizes[] = {1, 4, 16, 64};
 	uswap_id_t ids[4];
 	struct uswap *u;
 	char spec[96];
 
-	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:prefix=t1", server_port);
-	CHECK_EQ(uswap_create(&u, spec), 0);
+	CHECK_EQ(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":prefix=t1")), 0);
 	if (!u)
 		return;
 	for (size_t i = 0; i < 4; i++) {
@@ -158,29 +120,85 @@ static void test_redis_roundtrip_through_layer(void)
 	uswap_destroy(u);
 }
 
+static long long count_keys(redisContext *c, const char *pattern)
+{
+	redisReply *r = redisCommand(c, "KEYS %s", pattern);
+	long long n = r && r->type == REDIS_REPLY_ARRAY ? (long long)r->elements : -1;
+
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+static void test_redis_db_option_and_deletes(void)
+{
+	static unsigned char pages[8 * PAGE_SIZE], back[8 * PAGE_SIZE];
+	redisContext *c = rserver_connect(&srv);
+	struct uswap *u = NULL;
+	uswap_id_t id;
+	char spec[96];
+
+	CHECK(c != NULL);
+	if (!c)
+		return;
+	CHECK_EQ(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":db=3:prefix=tdb")), 0);
+	if (!u)
+		goto out;
+	fill_pages(pages, 8, PK_RANDOM, seed_for(5));
+	CHECK_EQ(uswap_store(u, pages, 8, &id), 0);
+	CHECK_EQ(count_keys(c, "tdb*"), 0); /* not in db 0 */
+	freeReplyObject(redisCommand(c, "SELECT 3"));
+	CHECK_EQ(count_keys(c, "tdb*"), 8);
+	CHECK_EQ(uswap_load(u, id, back, 8), 0);
+	CHECK_MEM(pages, back, 8 * PAGE_SIZE);
+	CHECK_EQ(uswap_free(u, id), 0);
+	uswap_destroy(u); /* sends the queued DELs */
+	CHECK_EQ(count_keys(c, "tdb*"), 0);
+	freeReplyObject(redisCommand(c, "SELECT 0"));
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":db=100000")) < 0); /* SELECT refused */
+	CHECK(strstr(uswap_errmsg(), "SELECT") != NULL);
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":db=x")) < 0);
+out:
+	redisFree(c);
+}
+
 static void test_redis_refuses_evicting_server_and_bad_specs(void)
 {
 	struct uswap *u = NULL;
-	char spec[96];
-	redisContext *c = redisConnect("127.0.0.1", server_port);
+	char spec[160];
+	redisContext *c = rserver_connect(&srv);
 	redisReply *r;
 
-	CHECK(c && !c->err);
+	CHECK(c != NULL);
+	if (!c)
+		return;
 	r = redisCommand(c, "CONFIG SET maxmemory-policy allkeys-lru");
 	freeReplyObject(r);
-	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d", server_port);
-	CHECK(uswap_create(&u, spec) < 0);
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, "")) < 0);
+	CHECK(strstr(uswap_errmsg(), "noeviction") != NULL);
 	r = redisCommand(c, "CONFIG SET maxmemory-policy noeviction");
 	freeReplyObject(r);
 	redisFree(c);
 	CHECK(uswap_create(&u, "redis://127.0.0.1") < 0);
 	CHECK(uswap_create(&u, "redis:127.0.0.1:1") < 0);
-	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:bogus=1", server_port);
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":bogus=1")) < 0);
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":timeout=0")) < 0);
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ",127.0.0.1:1")) <
+	      0); /* a list: cluster only */
+	CHECK(uswap_create(&u, "redis-cluster://127.0.0.1:1:db=2") < 0);
+	CHECK(strstr(uswap_errmsg(), "db=0") != NULL);
+	/* the seeds' commas are not tier breaks: the tier is named and its connection refused */
+	CHECK(uswap_create(&u, "redis-cluster://127.0.0.1:1,127.0.0.1:2:prefix=x,zpool:lz4") < 0);
+	CHECK(strstr(uswap_errmsg(), "cannot connect to 127.0.0.1:1 or any other seed") != NULL);
+	CHECK(uswap_create(&u, "same,redis-cluster://127.0.0.1:1,zpool:lz4") < 0);
+	CHECK(strstr(uswap_errmsg(), "cannot connect") != NULL);
+	snprintf(spec, sizeof(spec), "redis-cluster://127.0.0.1:%d", srv.port); /* not a cluster node */
 	CHECK(uswap_create(&u, spec) < 0);
-	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d", free_port()); /* nobody listens there */
-	CHECK(uswap_create(&u, spec) < 0);
+	CHECK(strstr(uswap_errmsg(), "CLUSTER SLOTS") != NULL);
+	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":password-env=USWAP_NO_SUCH_VAR")) < 0);
 }
 
+/* An attacker with access to the server copies page b's value over page a's key. */
 static void test_redis_value_swapped_on_server_is_rejected(void)
 {
 	static unsigned char pages[2 * PAGE_SIZE], back[2 * PAGE_SIZE];
@@ -188,15 +206,13 @@ static void test_redis_value_swapped_on_server_is_rejected(void)
 	struct uswap *u;
 	char spec[96];
 
-	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:prefix=t3", server_port);
-	CHECK_EQ(uswap_create(&u, spec), 0);
+	CHECK_EQ(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":prefix=t3")), 0);
 	if (!u)
 		return;
 	fill_pages(pages, 2, PK_RANDOM, seed_for(99));
 	CHECK_EQ(uswap_store(u, pages, 1, &a), 0);
 	CHECK_EQ(uswap_store(u, pages + PAGE_SIZE, 1, &b), 0);
-	/* an attacker with access to the server copies page b's value over page a's key */
-	redisContext *c = redisConnect("127.0.0.1", server_port);
+	redisContext *c = rserver_connect(&srv);
 	redisReply *r = redisCommand(c, "KEYS t3*");
 
 	CHECK_EQ(r->elements, 2);
@@ -215,14 +231,162 @@ static void test_redis_value_swapped_on_server_is_rejected(void)
 	uswap_destroy(u);
 }
 
+/* redis-cli as an operator would use it: a byte changed in place, a value replaced, a key deleted. */
+static void test_redis_tampered_with_redis_cli(void)
+{
+	static unsigned char pages[3 * PAGE_SIZE], back[PAGE_SIZE];
+	char spec[96], port[16], key[3][64];
+	uswap_id_t ids[3];
+	struct uswap *u;
+	unsigned tier = 0;
+	uint64_t h = 0;
+
+	CHECK_EQ(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":prefix=t4-")), 0);
+	if (!u)
+		return;
+	snprintf(port, sizeof(port), "%d", srv.port);
+	fill_pages(pages, 3, PK_TEXT, seed_for(7));
+	for (int i = 0; i < 3; i++) {
+		CHECK_EQ(uswap_store(u, pages + i * PAGE_SIZE, 1, &ids[i]), 0);
+		CHECK_EQ(testhook_page(u, ids[i], 0, &tier, &h), 0);
+		snprintf(key[i], sizeof(key[i]), "t4-%u", (unsigned)h);
+		CHECK_EQ(uswap_load(u, ids[i], back, 1), 0); /* intact before */
+	}
+	const char *flip[] = {"/usr/bin/redis-cli", "-p", port, "SETRANGE", key[0], "2000", "x", NULL};
+	const char *repl[] = {"/usr/bin/redis-cli", "-p", port, "SET", key[1], "not a page", NULL};
+	const char *del[] = {"/usr/bin/redis-cli", "-p", port, "DEL", key[2], NULL};
+
+	CHECK_EQ(rserver_run(flip), 0);
+	CHECK_EQ(rserver_run(repl), 0);
+	CHECK_EQ(rserver_run(del), 0);
+	for (int i = 0; i < 3; i++) {
+		memset(back, 0, PAGE_SIZE);
+		CHECK_EQ(uswap_load(u, ids[i], back, 1), -EIO);
+		CHECK(strstr(uswap_errmsg(), "swap id") != NULL);
+		CHECK(memcmp(back, pages + i * PAGE_SIZE, PAGE_SIZE) != 0 ||
+		      i == 0); /* never the page silently */
+	}
+	uswap_destroy(u);
+}
+
+/*
+ * The server stops answering (SIGSTOP), comes back, then dies (SIGKILL), under two stacks:
+ * A "same,zpool,redis": redis is last, so a refused store leaves the page with the caller;
+ * B "redis,zpool": stores pass to the pool. Pages in the other tiers stay intact throughout;
+ * loads of the server's pages fail with an error naming the swap id, and nothing hangs (the
+ * timeout bounds every call).
+ */
+static void test_redis_server_stops_then_dies(void)
+{
+	enum { NR = 6 };
+	static unsigned char page[PAGE_SIZE], back[PAGE_SIZE];
+	uswap_id_t ida[NR], idb[NR], id;
+	struct uswap *a = NULL, *b = NULL;
+	struct rserver s;
+	char spec[160];
+	unsigned tier = 0;
+	uint64_t h = 0;
+
+	if (rserver_start(&s, "noeviction", NULL)) {
+		CHECK(!"redis-server did not start");
+		return;
+	}
+	snprintf(spec, sizeof(spec), "same,zpool:lz4,redis://127.0.0.1:%d:prefix=ka:timeout=300", s.port);
+	CHECK_EQ(uswap_create(&a, spec), 0);
+	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:prefix=kb:timeout=300,zpool:lz4", s.port);
+	CHECK_EQ(uswap_create(&b, spec), 0);
+	if (!a || !b)
+		goto out;
+	/* A: i % 3 == 0 same-filled -> same, 1 text -> zpool, 2 random -> redis; B: all redis */
+	for (int i = 0; i < NR; i++) {
+		fill_page(page, i % 3 == 0 ? PK_SAME : i % 3 == 1 ? PK_TEXT : PK_RANDOM, seed_for(100 + i));
+		CHECK_EQ(uswap_store(a, page, 1, &ida[i]), 0);
+		CHECK_EQ(testhook_page(a, ida[i], 0, &tier, &h), 0);
+		CHECK_EQ(tier, (unsigned)(i % 3));
+		fill_page(page, PK_TEXT, seed_for(200 + i));
+		CHECK_EQ(uswap_store(b, page, 1, &idb[i]), 0);
+		CHECK_EQ(testhook_page(b, idb[i], 0, &tier, &h), 0);
+		CHECK_EQ(tier, 0);
+	}
+	for (int round = 0; round < 2; round++) {
+		kill(s.pid, round ? SIGKILL : SIGSTOP);
+		for (int i = 0; i < NR; i++) {
+			int ret;
+
+			fill_page(page,
+				  i % 3 == 0   ? PK_SAME
+				  : i % 3 == 1 ? PK_TEXT
+					       : PK_RANDOM,
+				  seed_for(100 + i));
+			ret = uswap_load(a, ida[i], back, 1);
+			if (i % 3 == 2) {
+				CHECK_EQ(ret, -EIO);
+				CHECK(strstr(uswap_errmsg(), "swap id") != NULL);
+			} else {
+				CHECK_EQ(ret, 0);
+				CHECK_MEM(page, back, PAGE_SIZE);
+			}
+			CHECK_EQ(uswap_load(b, idb[i], back, 1), -EIO);
+		}
+		/* A: a random page has no tier left and stays with the caller, unchanged */
+		fill_page(page, PK_RANDOM, seed_for(300));
+		memcpy(back, page, PAGE_SIZE);
+		CHECK(uswap_store(a, page, 1, &id) < 0);
+		CHECK_MEM(page, back, PAGE_SIZE);
+		/* B: stores pass to the pool and come back intact */
+		for (int i = 0; i < 4; i++) {
+			fill_page(page, PK_TEXT, seed_for(400 + i));
+			CHECK_EQ(uswap_store(b, page, 1, &id), 0);
+			CHECK_EQ(testhook_page(b, id, 0, &tier, &h), 0);
+			CHECK_EQ(tier, 1);
+			CHECK_EQ(uswap_load(b, id, back, 1), 0);
+			CHECK_MEM(page, back, PAGE_SIZE);
+			CHECK_EQ(uswap_free(b, id), 0);
+		}
+		if (round)
+			break;
+		/* it answers again: every page is back, and the tier takes stores again */
+		kill(s.pid, SIGCONT);
+		for (int i = 0; i < NR; i++) {
+			fill_page(page,
+				  i % 3 == 0   ? PK_SAME
+				  : i % 3 == 1 ? PK_TEXT
+					       : PK_RANDOM,
+				  seed_for(100 + i));
+			CHECK_EQ(uswap_load(a, ida[i], back, 1), 0);
+			CHECK_MEM(page, back, PAGE_SIZE);
+			fill_page(page, PK_TEXT, seed_for(200 + i));
+			CHECK_EQ(uswap_load(b, idb[i], back, 1), 0);
+			CHECK_MEM(page, back, PAGE_SIZE);
+		}
+		fill_page(page, PK_RANDOM, seed_for(301));
+		CHECK_EQ(uswap_store(a, page, 1, &id), 0);
+		CHECK_EQ(uswap_load(a, id, back, 1), 0);
+		CHECK_MEM(page, back, PAGE_SIZE);
+		CHECK_EQ(uswap_free(a, id), 0);
+	}
+out:
+	if (a)
+		uswap_destroy(a); /* its DELs cannot go anywhere: destroy must not hang either */
+	if (b)
+		uswap_destroy(b);
+	rserver_kill(&s);
+}
+
 static void test_redis_suite(void)
 {
-	server_start("noeviction");
+	if (!rserver_available())
+		check_skip("redis-server or redis-cli not installed");
+	if (rserver_start(&srv, "noeviction", NULL))
+		check_skip("redis-server did not come up");
 	test_redis_roundtrip_through_layer();
+	test_redis_db_option_and_deletes();
 	test_redis_value_swapped_on_server_is_rejected();
+	test_redis_tampered_with_redis_cli();
 	test_redis_refuses_evicting_server_and_bad_specs();
-	server_stop();
+	test_redis_server_stops_then_dies();
+	rserver_kill(&srv);
 }
 
 CHECK_MAIN(T(test_seal_roundtrip_every_kind), T(test_seal_rejects_wrong_binding_and_tamper),
-	   T(test_seal_nonces_differ), T(test_redis_suite))
+	   T(test_seal_nonces_differ), T(test_key_slots), T(test_redis_suite))

@@ -15,6 +15,7 @@ static const struct uswap_backend_ops *const registry[] = {
 	&zpool_backend_ops,
 	&file_backend_ops,
 	&redis_backend_ops,
+	&redis_cluster_backend_ops,
 };
 
 #define NR_BACKENDS (sizeof(registry) / sizeof(registry[0]))

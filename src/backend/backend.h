@@ -27,6 +27,7 @@ enum backend_caps {
 	BACKEND_BATCH = 1 << 3,   /* stores may be buffered until flush() */
 	BACKEND_DURABLE = 1 << 4, /* data outlives the process's memory (file, remote) */
 	BACKEND_PACKED = 1 << 5,  /* peek() + store_obj(): compressed pages move between tiers as they are */
+	BACKEND_SEEDS = 1 << 6,   /* args begin "//HOST:PORT,HOST:PORT...": those commas do not end the tier */
 };
 
 /* The stored form of a page, as peek() hands it out and store_obj() takes it. */
@@ -140,5 +141,10 @@ extern const struct uswap_backend_ops same_backend_ops;
 extern const struct uswap_backend_ops zpool_backend_ops;
 extern const struct uswap_backend_ops file_backend_ops;
 extern const struct uswap_backend_ops redis_backend_ops;
+extern const struct uswap_backend_ops redis_cluster_backend_ops;
+
+/* redis.c: what the connections went through (redirects, reconnects), for tests. Return: 0, -EINVAL. */
+struct rc_counters;
+int redis_counters(struct backend *b, struct rc_counters *out);
 
 #endif

@@ -1,11 +1,17 @@
 /*
- * redis.c - remote tier: sealed pages in one Redis server, e.g. "redis://127.0.0.1:6379:prefix=us:".
+ * redis.c - remote tier: sealed pages in one Redis server or a Redis Cluster, e.g.
+ * "redis://127.0.0.1:6379:prefix=us" or "redis-cluster://10.0.0.1:7000,10.0.0.2:7000:replicas=1".
  *
- * hiredis allocates per command and reply, so callers never touch it: store()/load() seal/open pages in
- * pre-allocated buffers and hand one batch to this tier's I/O thread, which pipelines the commands and
- * wakes the caller when Redis has acknowledged every one. Batches run one at a time (io.lock).
- * A page counts as stored only once SET (and WAIT, with replicas=N) answered. Keys: prefix + handle
- * (a per-tier sequence); the seal binds (owner, handle), so a stale or foreign value fails to open.
+ * hiredis allocates per command and reply, so callers never touch it: store() seals pages into a
+ * pre-allocated buffer and hands the batch to this tier's I/O thread, which runs it through
+ * rcluster.c (pipelined per node) and wakes the caller when Redis acknowledged every SET (and WAIT,
+ * with replicas=N). Loads run on the faulting thread (see redis_run_inline()). Batches run one at a
+ * time (batch_lock). Keys: prefix + handle (a per-tier sequence); the seal binds (owner, handle), so
+ * a stale, foreign or altered value fails to open.
+ *
+ * An unreachable server: a store fails at once (its node is skipped for a while; the next tier or
+ * the caller keeps the pages); a load retries with fresh connections and slot maps until its
+ * timeout, then fails with -EIO. No call waits longer than about twice the timeout.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,114 +20,79 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <hiredis.h>
-
 #include "backend.h"
+#include "rcluster.h"
 #include "seal.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
-#define REDIS_BATCH 64    /* pages per round trip */
+#define REDIS_BATCH    64 /* pages per round trip */
 #define REDIS_DEL_RING 4096
-#define SEALED_SIZE (PAGE_SIZE + SEAL_OVERHEAD)
+#define SEALED_SIZE    (PAGE_SIZE + SEAL_OVERHEAD)
 
 enum redis_op { OP_NONE, OP_SET, OP_GET, OP_STOP };
 
 struct redis_tier {
-	char host[64], prefix[32], password[128];
-	int port, timeout_ms, replicas;
+	struct rcluster rc; /* used by one batch at a time: under batch_lock */
+	int replicas;
 	struct sealer seal;
-	redisContext *c; /* owned by the I/O thread after open */
 	pthread_t thread;
 	pthread_mutex_t batch_lock; /* one batch at a time */
-	pthread_mutex_t lock;       /* protects the fields below */
+	pthread_mutex_t lock;       /* protects op..done */
 	pthread_cond_t cond;
 	enum redis_op op;
 	size_t n;
-	uint32_t keys[REDIS_BATCH];
 	int result;
 	bool done;
-	uint32_t dels[REDIS_DEL_RING];
+	uint32_t keys[REDIS_BATCH];
+	int results[REDIS_BATCH];
+	uint32_t dels[REDIS_DEL_RING]; /* released keys, deleted with the next batch; under batch_lock */
 	size_t nr_dels;
+	_Atomic uint64_t dels_dropped; /* keys left on an unreachable server (ring full) */
 	_Atomic uint32_t next_handle;
+	struct rc_cmd cmds[REDIS_DEL_RING + REDIS_BATCH];
 	unsigned char *sealed; /* REDIS_BATCH * SEALED_SIZE */
 };
 
-static int redis_connect(struct redis_tier *rt)
+static void del_queue(struct redis_tier *rt, uint32_t key)
 {
-	struct timeval tv = { rt->timeout_ms / 1000, (rt->timeout_ms % 1000) * 1000 };
-	redisReply *r;
-
-	if (rt->c)
-		redisFree(rt->c);
-	rt->c = redisConnectWithTimeout(rt->host, rt->port, tv);
-	if (!rt->c || rt->c->err)
-		return -ECONNREFUSED;
-	redisSetTimeout(rt->c, tv);
-	if (rt->password[0]) {
-		r = redisCommand(rt->c, "AUTH %s", rt->password);
-		if (!r || r->type == REDIS_REPLY_ERROR) {
-			if (r)
-				freeReplyObject(r);
-			return -EPERM;
-		}
-		freeReplyObject(r);
-	}
-	return 0;
+	if (rt->nr_dels < REDIS_DEL_RING)
+		rt->dels[rt->nr_dels++] = key;
+	else
+		atomic_fetch_add(&rt->dels_dropped, 1);
 }
 
-/* A server that may evict keys would drop pages: only noeviction is accepted. */
-static int redis_check_policy(struct redis_tier *rt)
+/*
+ * Context: caller holds batch_lock. The queued DELs, then @n SETs or GETs of keys[] (buffers in
+ * sealed[]). Per-page results land in results[]. DELs that could not reach their node are queued
+ * again. Return: 0 if every SET/GET succeeded, else -EIO.
+ */
+static int redis_run(struct redis_tier *rt, enum redis_op op, size_t n)
 {
-	redisReply *r = redisCommand(rt->c, "CONFIG GET maxmemory-policy");
-	int ret = -EPERM;
-
-	if (!r)
-		return -EIO;
-	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && !strcmp(r->element[1]->str, "noeviction"))
-		ret = 0;
-	freeReplyObject(r);
-	return ret;
-}
-
-/* I/O thread: one batch of pipelined commands, then the replies. Return: 0 or -EIO. */
-static int redis_run(struct redis_tier *rt)
-{
-	redisReply *r;
+	size_t nd = rt->nr_dels, i;
+	uint64_t deadline = 0;
 	int ret = 0;
-	size_t i, nd = rt->nr_dels, sent = 0;
 
-	if (!rt->c || rt->c->err)
-		if (redis_connect(rt))
-			return -EIO;
-	for (i = 0; i < rt->nr_dels; i++, sent++)
-		redisAppendCommand(rt->c, "DEL %s%u", rt->prefix, (unsigned)rt->dels[i]);
+	for (i = 0; i < nd; i++)
+		rt->cmds[i] = (struct rc_cmd){.key = rt->dels[i], .op = RC_DEL};
 	rt->nr_dels = 0;
-	for (i = 0; i < rt->n; i++, sent++)
-		if (rt->op == OP_SET)
-			redisAppendCommand(rt->c, "SET %s%u %b", rt->prefix, (unsigned)rt->keys[i],
-					   rt->sealed + i * SEALED_SIZE, (size_t)SEALED_SIZE);
-		else
-			redisAppendCommand(rt->c, "GET %s%u", rt->prefix, (unsigned)rt->keys[i]);
-	if (rt->op == OP_SET && rt->replicas) {
-		redisAppendCommand(rt->c, "WAIT %d %d", rt->replicas, rt->timeout_ms);
-		sent++;
-	}
-	for (i = 0; i < sent; i++) {
-		if (redisGetReply(rt->c, (void **)&r) != REDIS_OK)
-			return -EIO;
-		if (r->type == REDIS_REPLY_ERROR && i >= nd)
+	for (i = 0; i < n; i++)
+		rt->cmds[nd + i] = (struct rc_cmd){.key = rt->keys[i],
+						   .op = op == OP_SET ? RC_SET : RC_GET,
+						   .buf = rt->sealed + i * SEALED_SIZE,
+						   .len = SEALED_SIZE};
+	if (op == OP_GET && n) /* a load waits for a server that comes back; a store goes elsewhere */
+		deadline = rcluster_now_ms() + (uint64_t)rt->rc.timeout_ms;
+	if (!nd && !n)
+		return 0;
+	rcluster_exec(&rt->rc, rt->cmds, nd + n, op == OP_SET ? rt->replicas : 0, deadline);
+	for (i = 0; i < nd; i++)
+		if (rt->cmds[i].result == -EHOSTUNREACH)
+			del_queue(rt, rt->cmds[i].key);
+	for (i = 0; i < n; i++) {
+		rt->results[i] = rt->cmds[nd + i].result;
+		if (rt->results[i])
 			ret = -EIO;
-		if (rt->op == OP_GET && i >= nd) {
-			if (r->type != REDIS_REPLY_STRING || r->len != SEALED_SIZE)
-				ret = -EIO;
-			else
-				memcpy(rt->sealed + (i - nd) * SEALED_SIZE, r->str, SEALED_SIZE);
-		}
-		if (rt->op == OP_SET && rt->replicas && i == sent - 1 &&
-		    (r->type != REDIS_REPLY_INTEGER || r->integer < rt->replicas))
-			ret = -EIO;
-		freeReplyObject(r);
 	}
 	return ret;
 }
@@ -136,7 +107,7 @@ static void *redis_thread(void *arg)
 			pthread_cond_wait(&rt->cond, &rt->lock);
 		if (rt->op == OP_STOP)
 			break;
-		rt->result = redis_run(rt);
+		rt->result = redis_run(rt, rt->op, rt->n);
 		rt->op = OP_NONE;
 		rt->done = true;
 		pthread_cond_broadcast(&rt->cond);
@@ -154,10 +125,7 @@ static int redis_run_inline(struct redis_tier *rt, size_t n)
 	int ret;
 
 	pthread_mutex_lock(&rt->lock);
-	rt->op = OP_GET;
-	rt->n = n;
-	ret = redis_run(rt);
-	rt->op = OP_NONE;
+	ret = redis_run(rt, OP_GET, n);
 	pthread_mutex_unlock(&rt->lock);
 	return ret;
 }
@@ -179,26 +147,36 @@ static int redis_submit(struct redis_tier *rt, enum redis_op op, size_t n)
 	return ret;
 }
 
-static ssize_t redis_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
+/*
+ * Takes the longest prefix of pages whose SETs Redis acknowledged (and replicas, with replicas=N);
+ * pages after the first failure are deleted again with the next batch.
+ */
+static ssize_t redis_store(struct backend *b, const void *src, size_t npages, uint32_t owner,
+			   uint64_t *handles)
 {
 	struct redis_tier *rt = b->priv;
-	size_t n = npages < REDIS_BATCH ? npages : REDIS_BATCH;
+	size_t n = npages < REDIS_BATCH ? npages : REDIS_BATCH, taken = 0;
 	int ret = 0;
 
 	pthread_mutex_lock(&rt->batch_lock);
 	for (size_t i = 0; i < n && !ret; i++) {
 		rt->keys[i] = atomic_fetch_add(&rt->next_handle, 1);
-		ret = seal_page(&rt->seal, owner + (uint32_t)i, rt->keys[i], (const char *)src + i * PAGE_SIZE,
-				PAGE_SIZE, rt->sealed + i * SEALED_SIZE);
+		ret = seal_page(&rt->seal, owner + (uint32_t)i, rt->keys[i],
+				(const char *)src + i * PAGE_SIZE, PAGE_SIZE, rt->sealed + i * SEALED_SIZE);
 	}
-	if (!ret)
-		ret = redis_submit(rt, OP_SET, n);
-	pthread_mutex_unlock(&rt->batch_lock);
 	if (ret)
-		return ret;
-	for (size_t i = 0; i < n; i++)
+		goto out_unlock;
+	redis_submit(rt, OP_SET, n);
+	while (taken < n && !rt->results[taken])
+		taken++;
+	for (size_t i = taken; i < n; i++)
+		del_queue(rt, rt->keys[i]); /* it may be there, or half-replicated, or arrive late */
+	for (size_t i = 0; i < taken; i++)
 		handles[i] = rt->keys[i];
-	return (ssize_t)n;
+	ret = taken ? 0 : -EIO;
+out_unlock:
+	pthread_mutex_unlock(&rt->batch_lock);
+	return ret ? ret : (ssize_t)taken;
 }
 
 static int redis_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
@@ -213,8 +191,6 @@ static int redis_load(struct backend *b, uint32_t owner, const uint64_t *handles
 		for (size_t i = 0; i < n; i++)
 			rt->keys[i] = (uint32_t)handles[done + i];
 		ret = redis_run_inline(rt, n);
-		if (ret) /* one retry after a reconnect; then the fault path gets -EIO */
-			ret = redis_run_inline(rt, n);
 		for (size_t i = 0; i < n && !ret; i++)
 			ret = seal_open(&rt->seal, owner + (uint32_t)(done + i), rt->keys[i],
 					rt->sealed + i * SEALED_SIZE, SEALED_SIZE,
@@ -229,15 +205,11 @@ static int redis_load(struct backend *b, uint32_t owner, const uint64_t *handles
 static void redis_release(struct backend *b, uint32_t owner, uint64_t handle)
 {
 	struct redis_tier *rt = b->priv;
-	bool full;
 
 	(void)owner;
 	pthread_mutex_lock(&rt->batch_lock);
-	pthread_mutex_lock(&rt->lock);
-	rt->dels[rt->nr_dels++] = (uint32_t)handle;
-	full = rt->nr_dels == REDIS_DEL_RING;
-	pthread_mutex_unlock(&rt->lock);
-	if (full)
+	del_queue(rt, (uint32_t)handle);
+	if (rt->nr_dels == REDIS_DEL_RING)
 		redis_submit(rt, OP_GET, 0);
 	pthread_mutex_unlock(&rt->batch_lock);
 }
@@ -249,15 +221,17 @@ static int redis_flush(struct backend *b)
 
 	pthread_mutex_lock(&rt->batch_lock);
 	ret = redis_submit(rt, OP_GET, 0);
+	if (!ret && rt->nr_dels)
+		ret = -EIO; /* some DELs did not reach their node */
 	pthread_mutex_unlock(&rt->batch_lock);
 	return ret;
 }
 
 static void redis_free(struct redis_tier *rt)
 {
-	if (rt->c)
-		redisFree(rt->c);
+	rcluster_close(&rt->rc);
 	seal_destroy(&rt->seal);
+	memset(rt->rc.password, 0, sizeof(rt->rc.password));
 	ufree(rt->sealed);
 	ufree(rt);
 }
@@ -284,16 +258,59 @@ static int redis_read_secret(const char *key, const char *val, char *out, size_t
 	return 0;
 }
 
-/* args: "//HOST:PORT[:prefix=P][:timeout=MS][:replicas=N][:password-env=V|password-file=F]" */
-static int redis_open(struct backend *b, const char *args, const struct backend_env *env)
+/* "HOST:PORT" (cluster: "HOST:PORT,HOST:PORT..."), then ':' before the options or the end. */
+static int redis_parse_seeds(struct rcluster *rc, const char **args)
+{
+	const char *s = *args;
+	int ret;
+
+	for (;;) {
+		const char *colon = strchr(s, ':');
+		size_t digits = colon ? strspn(colon + 1, "0123456789") : 0;
+		char hp[96];
+
+		if (!colon || colon == s || !digits || colon + 1 + digits - s >= (long)sizeof(hp))
+			return err_set(-EINVAL, "redis: expected HOST:PORT, got '%s'", s);
+		snprintf(hp, sizeof(hp), "%.*s", (int)(colon + 1 + digits - s), s);
+		ret = rcluster_add_seed(rc, hp);
+		if (ret)
+			return ret;
+		s = colon + 1 + digits;
+		if (*s == ',' && rc->cluster) {
+			s++;
+			continue;
+		}
+		if (*s && *s != ':')
+			return err_set(-EINVAL, "redis: unexpected '%s' after %s", s, hp);
+		*args = *s ? s + 1 : s;
+		return 0;
+	}
+}
+
+static bool parse_int(const char *val, int min, int max, int *out)
+{
+	char *end;
+	long v = strtol(val, &end, 10);
+
+	if (!val[0] || *end || v < min || v > max)
+		return false;
+	*out = (int)v;
+	return true;
+}
+
+/*
+ * args: "//SEEDS[:prefix=P][:timeout=MS][:replicas=N][:db=N][:password-env=V|password-file=F]",
+ * SEEDS one HOST:PORT, or for a cluster a comma-separated list of them.
+ */
+static int redis_open_common(struct backend *b, const char *args, bool cluster)
 {
 	struct redis_tier *rt;
 	char key[32], val[256];
 	int ret;
 
-	(void)env;
 	if (strncmp(args, "//", 2))
-		return err_set(-EINVAL, "redis: expected redis://HOST:PORT, got '%s'", args);
+		return err_set(-EINVAL, "redis: expected %s://HOST:PORT, got '%s'",
+			       cluster ? "redis-cluster" : "redis", args);
 	args += 2;
 	rt = ualloc_zero(sizeof(*rt));
 	if (!rt)
@@ -303,27 +320,26 @@ static int redis_open(struct backend *b, const char *args, const struct backend_
 		ufree(rt);
 		return -ENOMEM;
 	}
-	snprintf(rt->prefix, sizeof(rt->prefix), "uswap:%d:", (int)getpid());
-	rt->timeout_ms = 2000;
-	if (!backend_next_arg(&args, key, sizeof(key), val, sizeof(val)) || !key[0]) {
-		ret = err_set(-EINVAL, "redis: missing host");
+	rt->rc.cluster = cluster;
+	snprintf(rt->rc.prefix, sizeof(rt->rc.prefix), "uswap:%d:", (int)getpid());
+	rt->rc.timeout_ms = 2000;
+	ret = redis_parse_seeds(&rt->rc, &args);
+	if (ret)
 		goto out_free;
-	}
-	snprintf(rt->host, sizeof(rt->host), "%s", key);
-	if (!backend_next_arg(&args, key, sizeof(key), val, sizeof(val)) || (rt->port = atoi(key)) <= 0 ||
-	    rt->port > 65535) {
-		ret = err_set(-EINVAL, "redis: missing or bad port after %s", rt->host);
-		goto out_free;
-	}
 	while (backend_next_arg(&args, key, sizeof(key), val, sizeof(val))) {
-		if (!strcmp(key, "prefix") && val[0] && strlen(val) < sizeof(rt->prefix))
-			memcpy(rt->prefix, val, strlen(val) + 1);
-		else if (!strcmp(key, "timeout") && atoi(val) > 0)
-			rt->timeout_ms = atoi(val);
-		else if (!strcmp(key, "replicas") && atoi(val) >= 0)
-			rt->replicas = atoi(val);
-		else if ((!strcmp(key, "password-env") || !strcmp(key, "password-file")) && val[0]) {
-			ret = redis_read_secret(key, val, rt->password, sizeof(rt->password));
+		if (!strcmp(key, "prefix") && val[0] && strlen(val) < sizeof(rt->rc.prefix))
+			memcpy(rt->rc.prefix, val, strlen(val) + 1);
+		else if (!strcmp(key, "timeout") && parse_int(val, 1, 3600 * 1000, &rt->rc.timeout_ms))
+			;
+		else if (!strcmp(key, "replicas") && parse_int(val, 0, 64, &rt->replicas))
+			;
+		else if (!strcmp(key, "db") && parse_int(val, 0, 1 << 20, &rt->rc.db)) {
+			if (cluster && rt->rc.db) {
+				ret = err_set(-EINVAL, "redis-cluster: a cluster has only db=0");
+				goto out_free;
+			}
+		} else if ((!strcmp(key, "password-env") || !strcmp(key, "password-file")) && val[0]) {
+			ret = redis_read_secret(key, val, rt->rc.password, sizeof(rt->rc.password));
 			if (ret)
 				goto out_free;
 		} else {
@@ -334,18 +350,9 @@ static int redis_open(struct backend *b, const char *args, const struct backend_
 	ret = seal_init(&rt->seal);
 	if (ret)
 		goto out_free;
-	ret = redis_connect(rt);
-	if (ret) {
-		ret = err_set(ret, "redis: cannot connect to %s:%d%s", rt->host, rt->port,
-			      ret == -EPERM ? " (authentication refused)" : "");
+	ret = rcluster_open(&rt->rc);
+	if (ret)
 		goto out_free;
-	}
-	ret = redis_check_policy(rt);
-	if (ret) {
-		ret = err_set(ret, "redis: %s:%d may evict keys: set maxmemory-policy noeviction", rt->host,
-			      rt->port);
-		goto out_free;
-	}
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_mutex_init(&rt->batch_lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
@@ -357,6 +364,18 @@ static int redis_open(struct backend *b, const char *args, const struct backend_
 out_free:
 	redis_free(rt);
 	return ret;
+}
+
+static int redis_open(struct backend *b, const char *args, const struct backend_env *env)
+{
+	(void)env;
+	return redis_open_common(b, args, false);
+}
+
+static int redis_cluster_open(struct backend *b, const char *args, const struct backend_env *env)
+{
+	(void)env;
+	return redis_open_common(b, args, true);
 }
 
 static void redis_close(struct backend *b)
@@ -383,10 +402,34 @@ static void redis_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->meta_bytes = sizeof(struct redis_tier) + REDIS_BATCH * SEALED_SIZE;
 }
 
+int redis_counters(struct backend *b, struct rc_counters *out)
+{
+	struct redis_tier *rt = b->priv;
+
+	if (b->ops != &redis_backend_ops && b->ops != &redis_cluster_backend_ops)
+		return -EINVAL;
+	pthread_mutex_lock(&rt->batch_lock);
+	*out = rt->rc.n;
+	pthread_mutex_unlock(&rt->batch_lock);
+	return 0;
+}
+
 const struct uswap_backend_ops redis_backend_ops = {
 	.name = "redis",
 	.caps = BACKEND_DURABLE,
 	.open = redis_open,
+	.close = redis_close,
+	.store = redis_store,
+	.load = redis_load,
+	.release = redis_release,
+	.flush = redis_flush,
+	.stats = redis_stats,
+};
+
+const struct uswap_backend_ops redis_cluster_backend_ops = {
+	.name = "redis-cluster",
+	.caps = BACKEND_DURABLE | BACKEND_SEEDS,
+	.open = redis_cluster_open,
 	.close = redis_close,
 	.store = redis_store,
 	.load = redis_load,

@@ -10,6 +10,17 @@
 #include "core/layer.h"
 #include "util/err.h"
 
+/* "HOST:PORT" followed by ',', ':' or the end: another seed of a BACKEND_SEEDS tier, not a tier name. */
+static bool is_seed(const char *s)
+{
+	size_t host = strcspn(s, ":,"), digits;
+
+	if (!host || s[host] != ':')
+		return false;
+	digits = strspn(s + host + 1, "0123456789");
+	return digits && strchr(",:", s[host + 1 + digits]);
+}
+
 int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx)
 {
 	const char *s = spec;
@@ -29,14 +40,19 @@ int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx)
 			return err_set(-EINVAL, "empty tier in \"%s\" (a stray comma?)", spec);
 		if (u->nr_tiers == USWAP_MAX_TIERS)
 			return err_set(-EINVAL, "too many tiers in \"%s\": at most %u", spec, USWAP_MAX_TIERS);
-		if (len >= sizeof(b->spec))
-			return err_set(-EINVAL, "tier \"%.*s...\" is too long", 32, s);
 		colon = memchr(s, ':', len);
 		namelen = colon ? (size_t)(colon - s) : len;
 		ops = backend_lookup(s, namelen);
 		if (!ops)
 			return err_set(-EINVAL, "unknown tier \"%.*s\" in \"%s\" (known: %s)", (int)namelen, s, spec,
 				       backend_names());
+		if (ops->caps & BACKEND_SEEDS) {
+			while (end && is_seed(end + 1))
+				end = strchr(end + 1, ',');
+			len = end ? (size_t)(end - s) : strlen(s);
+		}
+		if (len >= sizeof(b->spec))
+			return err_set(-EINVAL, "tier \"%.*s...\" is too long", 32, s);
 		b = &u->tier[u->nr_tiers];
 		memset(b, 0, sizeof(*b));
 		b->index = u->nr_tiers;

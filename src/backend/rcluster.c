@@ -1,0 +1,637 @@
+/*
+ * rcluster.c - connections to one Redis server or a Redis Cluster; see rcluster.h.
+ * The only file that calls hiredis: its replies and REDIS_ERR become 0/-errno here.
+ *
+ * A batch runs in rounds. Each round routes every pending command by its key's slot (or to the node
+ * an ASK named), appends it to that node's pipeline, flushes every pipeline, then reads the replies
+ * node by node in the order they were sent. MOVED rewrites the slot map (and asks for a refresh),
+ * ASK sends that one command again after ASKING; both go round again at once. A node whose
+ * connection fails is dropped and remembered as down for a while; its commands stay pending for the
+ * retry policy of rcluster_exec().
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis.h>
+
+#include "rcluster.h"
+#include "util/err.h"
+
+#define RC_PENDING       1    /* cmd.result while the command still has to go (again) */
+#define RC_MAX_REDIRECTS 16   /* redirect rounds per batch: a resharding moves a slot once */
+#define RC_DOWN_MIN_MS   1000 /* a failed or replica-less node is skipped by stores this long (or timeout) */
+#define RC_SLEEP_MAX_MS  200  /* longest pause between retry rounds of a load */
+
+uint16_t rcluster_crc16(const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+	uint16_t crc = 0;
+
+	while (len--) {
+		crc ^= (uint16_t)(*p++ << 8);
+		for (int bit = 0; bit < 8; bit++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc;
+}
+
+unsigned rcluster_key_slot(const char *key, size_t len)
+{
+	const char *open = memchr(key, '{', len);
+
+	if (open) {
+		const char *close = memchr(open + 1, '}', len - (size_t)(open + 1 - key));
+
+		if (close && close > open + 1)
+			return rcluster_crc16(open + 1, (size_t)(close - open - 1)) & (RC_SLOTS - 1);
+	}
+	return rcluster_crc16(key, len) & (RC_SLOTS - 1);
+}
+
+uint64_t rcluster_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(uint64_t ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+static size_t rc_key(const struct rcluster *rc, uint32_t key, char *out, size_t outlen)
+{
+	return (size_t)snprintf(out, outlen, "%s%u", rc->prefix, (unsigned)key);
+}
+
+/* The index of node HOST:PORT, added if new. Return: index, or -1 if the table is full. */
+static int node_find(struct rcluster *rc, const char *host, size_t hostlen, int port)
+{
+	unsigned i;
+
+	if (hostlen >= sizeof(rc->nodes[0].host))
+		return -1;
+	for (i = 0; i < rc->nr_nodes; i++)
+		if (rc->nodes[i].port == port && strlen(rc->nodes[i].host) == hostlen &&
+		    !memcmp(rc->nodes[i].host, host, hostlen))
+			return (int)i;
+	if (rc->nr_nodes == RC_MAX_NODES)
+		return -1;
+	memset(&rc->nodes[i], 0, sizeof(rc->nodes[i]));
+	memcpy(rc->nodes[i].host, host, hostlen);
+	rc->nodes[i].host[hostlen] = '\0';
+	rc->nodes[i].port = port;
+	rc->nr_nodes++;
+	return (int)i;
+}
+
+int rcluster_add_seed(struct rcluster *rc, const char *hostport)
+{
+	const char *colon = strrchr(hostport, ':');
+	char *end;
+	long port;
+
+	if (rc->nr_seeds == RC_MAX_SEEDS)
+		return err_set(-ENOSPC, "redis: at most %d seed nodes", RC_MAX_SEEDS);
+	if (!colon || colon == hostport)
+		return err_set(-EINVAL, "redis: expected HOST:PORT, got '%s'", hostport);
+	port = strtol(colon + 1, &end, 10);
+	if (*end || port <= 0 || port > 65535)
+		return err_set(-EINVAL, "redis: bad port in '%s'", hostport);
+	if (node_find(rc, hostport, (size_t)(colon - hostport), (int)port) != (int)rc->nr_seeds)
+		return err_set(-EINVAL, "redis: seed '%s' is given twice or too long", hostport);
+	rc->nr_seeds++;
+	return 0;
+}
+
+static struct timeval ms_tv(int ms)
+{
+	return (struct timeval){ms / 1000, (ms % 1000) * 1000};
+}
+
+static void node_drop(struct rc_node *nd)
+{
+	if (nd->c)
+		redisFree(nd->c);
+	nd->c = NULL;
+}
+
+/* A failure on @nd: drop the connection, skip the node for a while, refresh the map before trusting it. */
+static int down_ms(const struct rcluster *rc)
+{
+	return rc->timeout_ms > RC_DOWN_MIN_MS ? rc->timeout_ms : RC_DOWN_MIN_MS;
+}
+
+static void node_fail(struct rcluster *rc, struct rc_node *nd)
+{
+	node_drop(nd);
+	nd->broken = true;
+	nd->retry_at_ms = rcluster_now_ms() + (uint64_t)down_ms(rc);
+	rc->n.conn_errors++;
+	if (rc->cluster)
+		rc->stale = true;
+}
+
+/* One command, waiting for its reply (open and refresh only). Return: the reply or NULL. */
+static redisReply *node_command(struct rc_node *nd, const char *fmt, const char *arg)
+{
+	return arg ? redisCommand(nd->c, fmt, arg) : redisCommand(nd->c, fmt);
+}
+
+/* Socket timeouts of @nd for this round: a load never waits past its deadline. Return: 0 or -EIO. */
+static int node_set_timeout(struct rc_node *nd, int ms)
+{
+	if (ms == nd->io_timeout_ms)
+		return 0;
+	if (redisSetTimeout(nd->c, ms_tv(ms)) != REDIS_OK)
+		return -EIO;
+	nd->io_timeout_ms = ms;
+	return 0;
+}
+
+/* Return: 0; -ECONNREFUSED; -EPERM authentication refused; -EINVAL SELECT refused. */
+static int node_connect(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
+{
+	struct timeval tv = ms_tv(timeout_ms);
+	redisReply *r;
+	char db[16];
+
+	node_drop(nd);
+	nd->c = redisConnectWithTimeout(nd->host, nd->port, tv);
+	if (!nd->c || nd->c->err) {
+		node_drop(nd);
+		return -ECONNREFUSED;
+	}
+	nd->io_timeout_ms = 0;
+	if (node_set_timeout(nd, timeout_ms)) {
+		node_drop(nd);
+		return -ECONNREFUSED;
+	}
+	rc->n.reconnects++;
+	if (rc->password[0]) {
+		r = node_command(nd, "AUTH %s", rc->password);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			if (r)
+				freeReplyObject(r);
+			node_drop(nd);
+			return r ? -EPERM : -ECONNREFUSED;
+		}
+		freeReplyObject(r);
+	}
+	if (rc->db) {
+		snprintf(db, sizeof(db), "%d", rc->db);
+		r = node_command(nd, "SELECT %s", db);
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			if (r)
+				freeReplyObject(r);
+			node_drop(nd);
+			return r ? -EINVAL : -ECONNREFUSED;
+		}
+		freeReplyObject(r);
+	}
+	return 0;
+}
+
+/* The slot map from one node's CLUSTER SLOTS. Return: 0, or -EIO (nothing changed). */
+static int slots_from(struct rcluster *rc, struct rc_node *nd)
+{
+	redisReply *r = node_command(nd, "CLUSTER SLOTS", NULL);
+	int ret = -EIO;
+
+	if (!r)
+		return -EIO;
+	if (r->type != REDIS_REPLY_ARRAY || !r->elements)
+		goto out;
+	for (size_t i = 0; i < r->elements; i++) {
+		redisReply *e = r->element[i];
+
+		if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+		    e->element[0]->type != REDIS_REPLY_INTEGER ||
+		    e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
+		    e->element[2]->elements < 2 || e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
+		    e->element[2]->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
+		    e->element[1]->integer >= RC_SLOTS || e->element[0]->integer > e->element[1]->integer)
+			goto out;
+	}
+	memset(rc->slot_node, RC_NO_NODE, sizeof(rc->slot_node));
+	for (size_t i = 0; i < r->elements; i++) {
+		redisReply *e = r->element[i], *m = e->element[2];
+		const char *host = m->element[0]->str;
+		size_t hostlen = m->element[0]->len;
+		int idx;
+
+		if (!hostlen || !strcmp(host, "?")) { /* "the host you asked" */
+			host = nd->host;
+			hostlen = strlen(host);
+		}
+		idx = node_find(rc, host, hostlen, (int)m->element[1]->integer);
+		if (idx < 0)
+			continue; /* those slots stay unknown: their commands fail this batch */
+		for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+			rc->slot_node[s] = (uint8_t)idx;
+	}
+	rc->stale = false;
+	rc->n.refreshes++;
+	ret = 0;
+out:
+	freeReplyObject(r);
+	return ret;
+}
+
+/*
+ * Ask the nodes for the slot map: first those connected, then those not known to be down, then the
+ * rest. A node that fails here is marked down like in a batch. Return: 0 or -EIO.
+ */
+static int refresh_slots(struct rcluster *rc)
+{
+	uint64_t now = rcluster_now_ms();
+
+	for (int pass = 0; pass < 3; pass++) {
+		for (unsigned i = 0; i < rc->nr_nodes; i++) {
+			struct rc_node *nd = &rc->nodes[i];
+			bool connected = nd->c != NULL, down = nd->retry_at_ms > now;
+
+			if ((pass == 0) != connected || (pass == 1 && down) || (pass == 2 && !down))
+				continue;
+			if (!connected && node_connect(rc, nd, rc->timeout_ms)) {
+				node_fail(rc, nd);
+				continue;
+			}
+			if (!slots_from(rc, nd))
+				return 0;
+			if (!nd->c || nd->c->err)
+				node_fail(rc, nd);
+		}
+	}
+	return -EIO;
+}
+
+/* A server that may evict keys would drop pages: only noeviction is accepted. */
+static int node_check_policy(struct rcluster *rc, struct rc_node *nd)
+{
+	redisReply *r;
+	int ret = -EIO;
+
+	if (!nd->c && node_connect(rc, nd, rc->timeout_ms))
+		return err_set(-ECONNREFUSED, "redis: cannot connect to %s:%d", nd->host, nd->port);
+	r = node_command(nd, "CONFIG GET maxmemory-policy", NULL);
+	if (!r)
+		return err_set(-EIO, "redis: %s:%d does not answer CONFIG GET", nd->host, nd->port);
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
+		ret = strcmp(r->element[1]->str, "noeviction") ? -EPERM : 0;
+	if (ret == -EPERM)
+		err_set(-EPERM,
+			"redis: %s:%d may evict keys (maxmemory-policy %s): set maxmemory-policy noeviction",
+			nd->host, nd->port, r->element[1]->str);
+	else if (ret)
+		err_set(-EIO, "redis: %s:%d: unexpected answer to CONFIG GET maxmemory-policy", nd->host,
+			nd->port);
+	freeReplyObject(r);
+	return ret;
+}
+
+int rcluster_open(struct rcluster *rc)
+{
+	bool checked[RC_MAX_NODES] = {false};
+	int ret = -ECONNREFUSED;
+
+	for (unsigned i = 0; i < rc->nr_seeds && ret; i++) {
+		ret = node_connect(rc, &rc->nodes[i], rc->timeout_ms);
+		if (ret == -EPERM)
+			return err_set(ret, "redis: %s:%d refused authentication", rc->nodes[i].host,
+				       rc->nodes[i].port);
+		if (ret == -EINVAL)
+			return err_set(ret, "redis: %s:%d refused SELECT %d", rc->nodes[i].host,
+				       rc->nodes[i].port, rc->db);
+	}
+	if (ret)
+		return err_set(ret, "redis: cannot connect to %s:%d%s", rc->nodes[0].host, rc->nodes[0].port,
+			       rc->nr_seeds > 1 ? " or any other seed" : "");
+	if (!rc->cluster) {
+		memset(rc->slot_node, 0, sizeof(rc->slot_node));
+	} else {
+		if (refresh_slots(rc))
+			return err_set(-EIO,
+				       "redis: no seed answers CLUSTER SLOTS (is %s:%d a cluster node?)",
+				       rc->nodes[0].host, rc->nodes[0].port);
+		for (unsigned s = 0; s < RC_SLOTS; s++)
+			if (rc->slot_node[s] == RC_NO_NODE)
+				return err_set(-EIO, "redis: the cluster serves no node for slot %u", s);
+	}
+	for (unsigned s = 0; s < RC_SLOTS; s++) {
+		unsigned idx = rc->slot_node[s];
+
+		if (checked[idx])
+			continue;
+		checked[idx] = true;
+		ret = node_check_policy(rc, &rc->nodes[idx]);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+void rcluster_close(struct rcluster *rc)
+{
+	for (unsigned i = 0; i < rc->nr_nodes; i++)
+		node_drop(&rc->nodes[i]);
+}
+
+/* What a round saw, for the retry policy. */
+struct round_info {
+	bool redirected, failed, stale_conn, conn_failed;
+};
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the target node's index, or -1. */
+static int redirect_target(struct rcluster *rc, const struct rc_node *from, const char *err, unsigned *slot)
+{
+	const char *sp = strchr(err, ' '), *addr, *colon;
+	char *end;
+	long s, port;
+
+	if (!sp)
+		return -1;
+	s = strtol(sp + 1, &end, 10);
+	if (*end != ' ' || s < 0 || s >= RC_SLOTS)
+		return -1;
+	addr = end + 1;
+	colon = strrchr(addr, ':');
+	if (!colon)
+		return -1;
+	port = strtol(colon + 1, &end, 10);
+	if (port <= 0 || port > 65535)
+		return -1;
+	*slot = (unsigned)s;
+	if (colon == addr) /* no host: the one that answered */
+		return node_find(rc, from->host, strlen(from->host), (int)port);
+	return node_find(rc, addr, (size_t)(colon - addr), (int)port);
+}
+
+/* A connection that died while reading (EOF, reset) rather than timing out: worth one quick retry. */
+static bool conn_was_stale(const struct rc_node *nd)
+{
+	return nd->c && (nd->c->err == REDIS_ERR_EOF || (nd->c->err == REDIS_ERR_IO && errno != EAGAIN));
+}
+
+/* Classify one reply to @cmd, sent to node @from. */
+static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_node *from, redisReply *r,
+		       struct round_info *ri)
+{
+	bool asking = cmd->asking;
+	unsigned slot;
+	int idx;
+
+	cmd->asking = false;
+	if (r->type == REDIS_REPLY_ERROR) {
+		if (rc->cluster && (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4))) {
+			idx = redirect_target(rc, from, r->str, &slot);
+			if (idx < 0) {
+				cmd->result = -EIO;
+				return;
+			}
+			ri->redirected = true;
+			if (r->str[0] == 'M') {
+				rc->slot_node[slot] = (uint8_t)idx;
+				rc->stale = true; /* a moved slot rarely moves alone */
+				rc->n.moved++;
+			} else {
+				cmd->node = (uint8_t)idx;
+				cmd->asking = true;
+				rc->n.ask++;
+			}
+			return;
+		}
+		if (!strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11) ||
+		    !strncmp(r->str, "LOADING", 7) || !strncmp(r->str, "MASTERDOWN", 10) ||
+		    !strncmp(r->str, "READONLY", 8)) {
+			ri->failed = true; /* a failover or resharding in progress: later */
+			if (rc->cluster)
+				rc->stale = true;
+			return;
+		}
+		cmd->result = -EIO;
+		return;
+	}
+	(void)asking;
+	switch (cmd->op) {
+	case RC_GET:
+		if (r->type == REDIS_REPLY_NIL)
+			cmd->result = -ENOENT;
+		else if (r->type == REDIS_REPLY_STRING && (size_t)r->len == cmd->len) {
+			memcpy(cmd->buf, r->str, cmd->len);
+			cmd->result = 0;
+		} else
+			cmd->result = -EIO;
+		break;
+	case RC_SET:
+		cmd->result = r->type == REDIS_REPLY_STATUS ? 0 : -EIO;
+		break;
+	default:
+		cmd->result = r->type == REDIS_REPLY_INTEGER ? 0 : -EIO;
+		break;
+	}
+}
+
+/* Read one reply from @nd; on failure the node is failed and NULL returned. */
+static redisReply *node_reply(struct rcluster *rc, struct rc_node *nd, struct round_info *ri)
+{
+	redisReply *r;
+
+	if (nd->broken)
+		return NULL;
+	if (redisGetReply(nd->c, (void **)&r) == REDIS_OK && r)
+		return r;
+	ri->failed = true;
+	if (conn_was_stale(nd))
+		ri->stale_conn = true;
+	node_fail(rc, nd);
+	return NULL;
+}
+
+static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms,
+		      struct round_info *ri)
+{
+	uint64_t now = rcluster_now_ms();
+	bool skip_down = !deadline_ms;
+	int io_ms = rc->timeout_ms;
+	int wait_ms = rc->timeout_ms / 2 > 0 ? rc->timeout_ms / 2 : 1; /* WAIT 0 would block forever */
+	char key[64];
+	size_t len;
+
+	if (deadline_ms && deadline_ms > now && deadline_ms - now < (uint64_t)io_ms)
+		io_ms = (int)(deadline_ms - now);
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		rc->nodes[i].nr_sent = rc->nodes[i].nr_sets = 0;
+		rc->nodes[i].wait_sent = rc->nodes[i].broken = false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct rc_cmd *cmd = &cmds[i];
+		struct rc_node *nd;
+
+		if (cmd->result != RC_PENDING)
+			continue;
+		len = rc_key(rc, cmd->key, key, sizeof(key));
+		if (!cmd->asking)
+			cmd->node = rc->slot_node[rcluster_key_slot(key, len)];
+		if (cmd->node == RC_NO_NODE) {
+			ri->failed = true;
+			rc->stale = true;
+			continue;
+		}
+		nd = &rc->nodes[cmd->node];
+		if (nd->broken)
+			continue;
+		if (skip_down && replicas && cmd->op == RC_SET && nd->thin_until_ms > now) {
+			cmd->result = -EIO; /* it would wait for replicas it lacks: the next tier now */
+			continue;
+		}
+		if (!nd->c) {
+			if (skip_down && nd->retry_at_ms > now) {
+				nd->broken = true; /* not failed again: keep its retry time */
+				ri->failed = true;
+				continue;
+			}
+			if (node_connect(rc, nd, io_ms)) {
+				ri->failed = ri->conn_failed = true;
+				node_fail(rc, nd);
+				continue;
+			}
+		}
+		if (node_set_timeout(nd, io_ms)) {
+			ri->failed = true;
+			node_fail(rc, nd);
+			continue;
+		}
+		if (cmd->asking)
+			redisAppendCommand(nd->c, "ASKING");
+		if (cmd->op == RC_SET)
+			redisAppendCommand(nd->c, "SET %b %b", key, len, cmd->buf, cmd->len);
+		else
+			redisAppendCommand(nd->c, cmd->op == RC_GET ? "GET %b" : "DEL %b", key, len);
+		nd->nr_sent++;
+		nd->nr_sets += cmd->op == RC_SET;
+	}
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		struct rc_node *nd = &rc->nodes[i];
+		int done = 0;
+
+		if (!nd->nr_sent || nd->broken)
+			continue;
+		if (replicas && nd->nr_sets) {
+			redisAppendCommand(nd->c, "WAIT %d %d", replicas, wait_ms);
+			nd->wait_sent = true;
+		}
+		while (!done)
+			if (redisBufferWrite(nd->c, &done) != REDIS_OK) {
+				ri->failed = true;
+				if (conn_was_stale(nd))
+					ri->stale_conn = true;
+				node_fail(rc, nd);
+				break;
+			}
+	}
+	/* replies: per node in the order sent, which is the order of cmds[] */
+	for (size_t i = 0; i < n; i++) {
+		struct rc_cmd *cmd = &cmds[i];
+		struct rc_node *nd;
+		redisReply *r;
+
+		if (cmd->result != RC_PENDING || cmd->node == RC_NO_NODE)
+			continue;
+		nd = &rc->nodes[cmd->node];
+		if (!nd->nr_sent || nd->broken)
+			continue; /* never sent, or lost with its connection: pending */
+		if (cmd->asking) {
+			r = node_reply(rc, nd, ri);
+			if (!r)
+				continue;
+			freeReplyObject(r); /* +OK to ASKING */
+		}
+		r = node_reply(rc, nd, ri);
+		if (!r)
+			continue;
+		take_reply(rc, cmd, nd, r, ri);
+		freeReplyObject(r);
+	}
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		struct rc_node *nd = &rc->nodes[i];
+		redisReply *r;
+		int res;
+
+		if (!nd->wait_sent)
+			continue;
+		r = node_reply(rc, nd, ri);
+		/* no answer: unknown whether replicas have them, send them again; too few: refuse them */
+		res = !r ? RC_PENDING : r->type == REDIS_REPLY_INTEGER && r->integer >= replicas ? 0 : -EIO;
+		if (r)
+			freeReplyObject(r);
+		if (res == -EIO)
+			nd->thin_until_ms = rcluster_now_ms() + (uint64_t)down_ms(rc);
+		if (res)
+			for (size_t j = 0; j < n; j++)
+				if (cmds[j].op == RC_SET && cmds[j].node == i && !cmds[j].result)
+					cmds[j].result = res;
+	}
+}
+
+int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms)
+{
+	unsigned redirects = 0, pause_ms = 2;
+	bool stale_retried = false;
+	size_t pending = n;
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		cmds[i].result = RC_PENDING;
+		cmds[i].asking = false;
+		cmds[i].node = RC_NO_NODE;
+	}
+	for (;;) {
+		struct round_info ri = {false, false, false, false};
+
+		if (rc->cluster && rc->stale)
+			refresh_slots(rc);
+		round_run(rc, cmds, n, replicas, deadline_ms, &ri);
+		pending = 0;
+		for (size_t i = 0; i < n; i++)
+			pending += cmds[i].result == RC_PENDING;
+		if (!pending)
+			break;
+		if (ri.redirected && redirects++ < RC_MAX_REDIRECTS)
+			continue;
+		if (deadline_ms) {
+			uint64_t now = rcluster_now_ms();
+
+			if (now >= deadline_ms)
+				break;
+			sleep_ms(deadline_ms - now < pause_ms ? deadline_ms - now : pause_ms);
+			pause_ms = pause_ms * 2 < RC_SLEEP_MAX_MS ? pause_ms * 2 : RC_SLEEP_MAX_MS;
+			rc->n.retry_rounds++;
+			if (rc->cluster)
+				rc->stale = true;
+			continue;
+		}
+		if (ri.stale_conn && !ri.conn_failed && !stale_retried) {
+			stale_retried = true;
+			rc->n.retry_rounds++;
+			for (unsigned i = 0; i < rc->nr_nodes; i++)
+				rc->nodes[i].retry_at_ms = 0; /* it was only an old connection */
+			continue;
+		}
+		break;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (cmds[i].result == RC_PENDING)
+			cmds[i].result = -EHOSTUNREACH;
+		if (cmds[i].result)
+			ret = -EIO;
+	}
+	return ret;
+}

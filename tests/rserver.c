@@ -1,0 +1,239 @@
+/*
+ * rserver.c - redis-server processes for the remote-tier tests; see rserver.h.
+ */
+#include "rserver.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SERVERS 16
+
+static struct rserver *live[MAX_SERVERS];
+static bool cleanup_armed;
+
+bool rserver_available(void)
+{
+	return !access("/usr/bin/redis-server", X_OK) && !access("/usr/bin/redis-cli", X_OK);
+}
+
+static bool port_free(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	bool ok = fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a));
+
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A port in 17000..17999 whose bus port is free too, spread by pid so parallel runs rarely meet. */
+static int pick_port(void)
+{
+	static unsigned next;
+	unsigned base = (unsigned)getpid() * 37u;
+
+	for (unsigned i = 0; i < 1000; i++) {
+		int port = 17000 + (int)((base + next++) % 1000);
+
+		if (port_free(port) && port_free(port + 10000))
+			return port;
+	}
+	return -1;
+}
+
+static void rm_tree(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[512];
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		if (unlink(path))
+			rm_tree(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+void rserver_kill(struct rserver *s)
+{
+	if (s->pid > 0) {
+		kill(s->pid, SIGKILL);
+		waitpid(s->pid, NULL, 0);
+		s->pid = 0;
+	}
+	if (s->dir[0]) {
+		rm_tree(s->dir);
+		s->dir[0] = '\0';
+	}
+	for (int i = 0; i < MAX_SERVERS; i++)
+		if (live[i] == s)
+			live[i] = NULL;
+}
+
+static void kill_all(void)
+{
+	for (int i = 0; i < MAX_SERVERS; i++)
+		if (live[i])
+			rserver_kill(live[i]);
+}
+
+/* A test killed by the runner's timeout still stops its servers (a crash: PR_SET_PDEATHSIG does). */
+static void on_signal(int sig)
+{
+	kill_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+redisContext *rserver_connect(const struct rserver *s)
+{
+	struct timeval tv = {5, 0};
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", s->port, tv);
+
+	if (c && !c->err) {
+		redisSetTimeout(c, tv);
+		return c;
+	}
+	if (c)
+		redisFree(c);
+	return NULL;
+}
+
+static pid_t spawn(const char *const *argv, bool quiet)
+{
+	pid_t parent = getpid(), pid = fork();
+
+	if (pid)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(127);
+	if (quiet) {
+		int fd = open("/dev/null", O_RDWR);
+
+		dup2(fd, 0);
+		dup2(fd, 1);
+		dup2(fd, 2);
+	}
+	execv(argv[0], (char *const *)argv);
+	_exit(127);
+}
+
+int rserver_run(const char *const *argv)
+{
+	pid_t pid = spawn(argv, true);
+	int st;
+
+	if (pid < 0 || waitpid(pid, &st, 0) != pid)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int start_once(struct rserver *s, const char *policy, const char *const *extra)
+{
+	const char *argv[48] = {"/usr/bin/redis-server",
+				"--port",
+				NULL,
+				"--bind",
+				"127.0.0.1",
+				"--dir",
+				s->dir,
+				"--save",
+				"",
+				"--appendonly",
+				"no",
+				"--maxmemory-policy",
+				policy,
+				"--loglevel",
+				"warning",
+				"--logfile",
+				"redis.log",
+				"--daemonize",
+				"no"};
+	char port[16];
+	int argc = 19;
+
+	s->port = pick_port();
+	if (s->port < 0)
+		return -1;
+	snprintf(port, sizeof(port), "%d", s->port);
+	argv[2] = port;
+	for (int i = 0; extra && extra[i] && argc < 47; i++)
+		argv[argc++] = extra[i];
+	argv[argc] = NULL;
+	s->pid = spawn(argv, true);
+	if (s->pid < 0)
+		return -1;
+	for (int i = 0; i < 1000; i++) { /* readiness: it answers PING, or it has exited */
+		redisContext *c = rserver_connect(s);
+		redisReply *r = c ? redisCommand(c, "PING") : NULL;
+		bool up = r && r->type == REDIS_REPLY_STATUS;
+
+		if (r)
+			freeReplyObject(r);
+		if (c)
+			redisFree(c);
+		if (up)
+			return 0;
+		if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+			s->pid = 0;
+			return -1;
+		}
+		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+	}
+	return -1;
+}
+
+int rserver_start(struct rserver *s, const char *policy, const char *const *extra)
+{
+	int slot = -1;
+
+	for (int i = 0; i < MAX_SERVERS && slot < 0; i++)
+		if (!live[i])
+			slot = i;
+	if (slot < 0)
+		return -1;
+	if (!cleanup_armed) {
+		cleanup_armed = true;
+		atexit(kill_all);
+		signal(SIGTERM, on_signal);
+		signal(SIGINT, on_signal);
+	}
+	memset(s, 0, sizeof(*s));
+	snprintf(s->dir, sizeof(s->dir), "/tmp/uswap-redis-XXXXXX");
+	if (!mkdtemp(s->dir)) {
+		s->dir[0] = '\0';
+		return -1;
+	}
+	live[slot] = s;
+	for (int attempt = 0; attempt < 5; attempt++) { /* another process may take the port first */
+		if (!start_once(s, policy, extra))
+			return 0;
+		if (s->pid > 0) {
+			kill(s->pid, SIGKILL);
+			waitpid(s->pid, NULL, 0);
+			s->pid = 0;
+		}
+	}
+	rserver_kill(s);
+	return -1;
+}

@@ -1,0 +1,34 @@
+/*
+ * rserver.h - redis-server processes for the remote-tier tests: each on a free loopback port in
+ * 17000..17999 (its cluster bus port, +10000, free too) and its own temp dir; killed and removed at
+ * exit, and killed by the kernel if the test process dies first.
+ */
+#ifndef USWAP_TEST_RSERVER_H
+#define USWAP_TEST_RSERVER_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include <hiredis.h>
+
+struct rserver {
+	pid_t pid;
+	int port;
+	char dir[40];
+};
+
+/* True when redis-server (and redis-cli) are installed. */
+bool rserver_available(void);
+/*
+ * Start one server with --maxmemory-policy @policy and the NULL-terminated @extra arguments, and wait
+ * until it answers PING. Return: 0, or -1 (it did not come up).
+ */
+int rserver_start(struct rserver *s, const char *policy, const char *const *extra);
+/* SIGKILL it (no shutdown, no save), reap it, remove its dir. Idempotent. */
+void rserver_kill(struct rserver *s);
+/* A blocking connection with a 5 s timeout, or NULL. */
+redisContext *rserver_connect(const struct rserver *s);
+/* Run redis-cli (or any program) @argv with output to /dev/null. Return: its exit status, -1. */
+int rserver_run(const char *const *argv);
+
+#endif
