@@ -162,6 +162,39 @@ out:
 	redisFree(c);
 }
 
+/* replicas=1 on a server without replicas: WAIT never gets its acknowledgement, the pool takes the pages. */
+static void test_redis_replicas_missing_pass_to_next_tier(void)
+{
+	static unsigned char page[PAGE_SIZE], back[PAGE_SIZE];
+	struct uswap *u = NULL;
+	unsigned tier = 9;
+	uint64_t h = 0;
+	uswap_id_t id;
+	char spec[128];
+
+	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:prefix=trep:replicas=1:timeout=200,zpool:lz4",
+		 srv.port);
+	CHECK_EQ(uswap_create(&u, spec), 0);
+	if (!u)
+		return;
+	for (int i = 0; i < 8; i++) {
+		fill_page(page, PK_TEXT, seed_for(600 + i));
+		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
+		CHECK_EQ(testhook_page(u, id, 0, &tier, &h), 0);
+		CHECK_EQ(tier, 1);
+		CHECK_EQ(uswap_load(u, id, back, 1), 0);
+		CHECK_MEM(page, back, PAGE_SIZE);
+	}
+	uswap_destroy(u);
+	redisContext *c = rserver_connect(&srv);
+
+	CHECK(c != NULL);
+	if (c) {
+		CHECK_EQ(count_keys(c, "trep*"), 0); /* the unacknowledged SETs were deleted again */
+		redisFree(c);
+	}
+}
+
 static void test_redis_refuses_evicting_server_and_bad_specs(void)
 {
 	struct uswap *u = NULL;
@@ -383,6 +416,7 @@ static void test_redis_suite(void)
 	test_redis_db_option_and_deletes();
 	test_redis_value_swapped_on_server_is_rejected();
 	test_redis_tampered_with_redis_cli();
+	test_redis_replicas_missing_pass_to_next_tier();
 	test_redis_refuses_evicting_server_and_bad_specs();
 	test_redis_server_stops_then_dies();
 	rserver_kill(&srv);

@@ -209,7 +209,7 @@ static void test_cluster_spread_and_redirects(void)
 	char spec[112], src_id[64], dst_id[64], key[64];
 	int masters[3], nm = 0, src = -1, dst = -1, n;
 	unsigned slot = 0;
-	struct uswap *u;
+	struct uswap *u, *bad = NULL;
 
 	snprintf(spec, sizeof(spec),
 		 "redis-cluster://127.0.0.1:%d,127.0.0.1:%d:prefix=c1-:replicas=1:timeout=5000", node[0].port,
@@ -217,6 +217,9 @@ static void test_cluster_spread_and_redirects(void)
 	CHECK_EQ(uswap_create(&u, spec), 0);
 	if (!u)
 		return;
+	snprintf(key, sizeof(key), "redis://127.0.0.1:%d", node[0].port); /* not the way to a cluster */
+	CHECK(uswap_create(&bad, key) < 0);
+	CHECK(strstr(uswap_errmsg(), "use redis-cluster://") != NULL);
 	for (int i = 0; i < NR; i++) {
 		fill_pages(pages, folio_pages(i), PK_RANDOM, seed_for(1000 + (uint64_t)i));
 		CHECK_EQ(uswap_store(u, pages, folio_pages(i), &ids[i]), 0);

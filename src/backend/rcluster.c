@@ -315,6 +315,16 @@ int rcluster_open(struct rcluster *rc)
 		return err_set(ret, "redis: cannot connect to %s:%d%s", rc->nodes[0].host, rc->nodes[0].port,
 			       rc->nr_seeds > 1 ? " or any other seed" : "");
 	if (!rc->cluster) {
+		redisReply *r = node_command(&rc->nodes[0], "CLUSTER INFO", NULL);
+		bool is_node =
+			r &&
+			r->type == REDIS_REPLY_STRING; /* elsewhere an error: "cluster support disabled" */
+
+		if (r)
+			freeReplyObject(r);
+		if (is_node) /* it would answer MOVED for most keys */
+			return err_set(-EINVAL, "redis: %s:%d is a cluster node: use redis-cluster://",
+				       rc->nodes[0].host, rc->nodes[0].port);
 		memset(rc->slot_node, 0, sizeof(rc->slot_node));
 	} else {
 		if (refresh_slots(rc))
