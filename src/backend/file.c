@@ -20,6 +20,11 @@
  * Swapoff path (peek): whole clusters are read in handle order, two 2 MiB windows, the next one in
  * flight while the current one is used; a window is valid only for the write generation it was read at.
  *
+ * encrypt: plain pages are sealed (seal.c) into the bounce buffer before they are written, bound to
+ * (owner, slot); the tag and nonce counter stay in memory (tags[], 24 bytes a page), so altered or
+ * replayed file blocks fail to open. Compressed objects are refused (store_obj() returns 0): the mover
+ * then stores the plain page, sealed.
+ *
  * Invariant: a set map bit below a cluster's capacity is a live slot/sector, and nr_used counts them;
  * bits at and above the capacity (the file's last, short cluster) are always set. Lock order:
  * desc lock (core) -> wb_lock -> lock; ra_lock -> lock. Called only through backend.c.
@@ -40,6 +45,7 @@
 
 #include "backend/backend.h"
 #include "backend/codec.h"
+#include "backend/seal.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -125,6 +131,9 @@ struct file_tier {
 	pthread_mutex_t ra_lock; /* readahead windows and their ring */
 	struct io_uring ra_ring;
 	struct ra_win win[2];
+
+	struct sealer *seal;   /* encrypt; NULL otherwise */
+	struct seal_tag *tags; /* encrypt: per plain slot, written by its store before the descriptor publishes */
 };
 
 /* ---- bitmaps ---- */
@@ -526,6 +535,11 @@ static void file_free(struct file_tier *f)
 		uunreserve(f->win[0].buf, 2 * FC_BYTES);
 	}
 	uunreserve(f->cl, (size_t)f->nr_clusters * sizeof(struct fcluster));
+	if (f->seal) {
+		seal_destroy(f->seal);
+		ufree(f->seal);
+	}
+	uunreserve(f->tags, f->nr_slots * sizeof(*f->tags));
 	if (f->fd >= 0)
 		close(f->fd);
 	ufree(f);
@@ -535,7 +549,7 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 {
 	char key[256], val[64], path[256] = "";
 	uint64_t size = 4ULL << 30, dev_size = 0;
-	bool size_set = false;
+	bool size_set = false, encrypt = false;
 	struct file_tier *f;
 	struct stat st;
 	const char *dir;
@@ -548,8 +562,10 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 			size_set = true;
 		} else if (key[0] == '/' && !val[0] && strlen(key) < sizeof(key) - 1) {
 			snprintf(path, sizeof(path), "%s", key);
+		} else if (!strcmp(key, "encrypt") && !val[0]) {
+			encrypt = true;
 		} else {
-			return err_set(-EINVAL, "file: unknown option '%s' (/PATH, size=SIZE)", key);
+			return err_set(-EINVAL, "file: unknown option '%s' (/PATH, size=SIZE, encrypt)", key);
 		}
 	}
 	f = ualloc_zero(sizeof(*f));
@@ -645,6 +661,14 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		list_add(f, ci, L_CLEAN); /* pushed last to first: lowest first */
 	}
 	f->pk_cur = NIL;
+	if (encrypt) {
+		f->seal = ualloc(sizeof(*f->seal));
+		f->tags = ureserve(f->nr_slots * sizeof(*f->tags));
+		if (!f->seal || !f->tags || seal_init(f->seal)) {
+			ret = -ENOMEM;
+			goto out_free;
+		}
+	}
 	pthread_mutex_init(&f->lock, NULL);
 	pthread_mutex_init(&f->wb_lock, NULL);
 	pthread_mutex_init(&f->ra_lock, NULL);
@@ -689,7 +713,6 @@ static ssize_t file_store(struct backend *b, const void *src, size_t npages, uin
 	uint32_t s;
 	int err;
 	struct fio io;
-	(void)owner;
 
 	if (npages > FC_PAGES)
 		npages = FC_PAGES;
@@ -701,7 +724,12 @@ static ssize_t file_store(struct backend *b, const void *src, size_t npages, uin
 		return err;
 	}
 	io.buf = (void *)src;
-	if (!dio_aligned(src)) {
+	if (f->seal) {
+		for (unsigned i = 0; i < got; i++)
+			seal_page_detached(f->seal, owner + i, s + i, (const char *)src + (size_t)i * PAGE_SIZE,
+					   PAGE_SIZE, x->bounce + (size_t)i * PAGE_SIZE, &f->tags[s + i]);
+		io.buf = x->bounce;
+	} else if (!dio_aligned(src)) {
 		memcpy(x->bounce, src, (size_t)got * PAGE_SIZE);
 		io.buf = x->bounce;
 	}
@@ -777,8 +805,8 @@ static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles,
 							 (uint64_t)h_sector(handles[i]) * SECTOR, ns * SECTOR,
 							 false};
 		} else {
-			void *buf = dio_aligned(out + i * PAGE_SIZE) ? out + i * PAGE_SIZE
-								     : x->bounce + i * PAGE_SIZE;
+			void *buf = !f->seal && dio_aligned(out + i * PAGE_SIZE) ? out + i * PAGE_SIZE
+										 : x->bounce + i * PAGE_SIZE;
 
 			while (i + n < npages && handles[i + n] == handles[i] + n &&
 			       !h_packed(handles[i + n]))
@@ -796,6 +824,9 @@ static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles,
 		if (h_packed(handles[i]))
 			ret = obj_unpack(&x->dctx, x->bounce + i * PAGE_SIZE, owner + (uint32_t)i,
 					 h_nsect(handles[i]), out + i * PAGE_SIZE);
+		else if (f->seal)
+			ret = seal_open_detached(f->seal, owner + (uint32_t)i, handles[i], x->bounce + i * PAGE_SIZE,
+						 PAGE_SIZE, &f->tags[handles[i]], out + i * PAGE_SIZE);
 		else if (!dio_aligned(out + i * PAGE_SIZE))
 			memcpy(out + i * PAGE_SIZE, x->bounce + i * PAGE_SIZE, PAGE_SIZE);
 	}
@@ -850,8 +881,8 @@ static int file_store_obj(struct backend *b, const void *obj, size_t len, unsign
 	uint32_t s;
 	int err = 0;
 
-	if ((fmt != OBJ_LZ4 && fmt != OBJ_ZSTD) || nsect > OBJ_MAX_SECTORS)
-		return 0; /* the caller stores the plain page instead */
+	if ((fmt != OBJ_LZ4 && fmt != OBJ_ZSTD) || nsect > OBJ_MAX_SECTORS || f->seal)
+		return 0; /* the caller stores the plain page instead (sealed, with encrypt) */
 	pthread_mutex_lock(&f->wb_lock);
 	if (f->wb_failed && wb_write(f)) {
 		pthread_mutex_unlock(&f->wb_lock);
@@ -1059,10 +1090,16 @@ static ssize_t file_peek(struct backend *b, uint32_t owner, uint64_t h, void *ob
 		return -EIO;
 	}
 	if (!h_packed(h)) {
-		memcpy(obj, w->buf + (h % FC_PAGES) * PAGE_SIZE, PAGE_SIZE);
+		int ret = 0;
+
+		if (f->seal)
+			ret = seal_open_detached(f->seal, owner, h, w->buf + (h % FC_PAGES) * PAGE_SIZE, PAGE_SIZE,
+						 &f->tags[h], obj);
+		else
+			memcpy(obj, w->buf + (h % FC_PAGES) * PAGE_SIZE, PAGE_SIZE);
 		pthread_mutex_unlock(&f->ra_lock);
 		*fmt = OBJ_PLAIN;
-		return PAGE_SIZE;
+		return ret ? -EIO : (ssize_t)PAGE_SIZE;
 	}
 	memcpy(sect, w->buf + (size_t)(h_sector(h) % FC_SECTORS) * SECTOR, h_nsect(h) * SECTOR);
 	pthread_mutex_unlock(&f->ra_lock);
@@ -1085,7 +1122,8 @@ static void file_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->data_bytes = f->used_pages * PAGE_SIZE + f->used_sectors * SECTOR;
 	st->used_bytes = (uint64_t)f->clusters_in_use * FC_BYTES;
 	st->capacity_bytes = f->nr_slots * PAGE_SIZE;
-	st->meta_bytes = (uint64_t)f->nr_clusters * sizeof(struct fcluster);
+	st->meta_bytes = (uint64_t)f->nr_clusters * sizeof(struct fcluster) +
+			 (f->tags ? f->used_pages * sizeof(*f->tags) : 0);
 	pthread_mutex_unlock(&f->lock);
 }
 

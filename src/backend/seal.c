@@ -38,6 +38,13 @@ void seal_destroy(struct sealer *s)
 	sodium_memzero(s->key, sizeof(s->key));
 }
 
+static void seal_nonce(const struct sealer *s, uint64_t n, unsigned char nonce[SEAL_NONCE_BYTES])
+{
+	memcpy(nonce, s->prefix, sizeof(s->prefix));
+	for (int i = 0; i < 8; i++)
+		nonce[16 + i] = (unsigned char)(n >> (8 * i));
+}
+
 int seal_page(struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t len, void *dst)
 {
 	unsigned char *nonce = dst, ad[12];
@@ -45,12 +52,10 @@ int seal_page(struct sealer *s, uint32_t owner, uint64_t handle, const void *src
 
 	if (n == UINT64_MAX)
 		return -EOVERFLOW;
-	memcpy(nonce, s->prefix, sizeof(s->prefix));
-	for (int i = 0; i < 8; i++)
-		nonce[16 + i] = (unsigned char)(n >> (8 * i));
+	seal_nonce(s, n, nonce);
 	seal_ad(ad, owner, handle);
-	crypto_aead_xchacha20poly1305_ietf_encrypt(nonce + SEAL_NONCE_BYTES, NULL, src, len, ad, sizeof(ad), NULL,
-						   nonce, s->key);
+	crypto_aead_xchacha20poly1305_ietf_encrypt(nonce + SEAL_NONCE_BYTES, NULL, src, len, ad, sizeof(ad),
+						   NULL, nonce, s->key);
 	return 0;
 }
 
@@ -66,6 +71,35 @@ int seal_open(const struct sealer *s, uint32_t owner, uint64_t handle, const voi
 	if (crypto_aead_xchacha20poly1305_ietf_decrypt(dst, NULL, NULL, nonce + SEAL_NONCE_BYTES,
 						       sealed_len - SEAL_NONCE_BYTES, ad, sizeof(ad), nonce,
 						       s->key))
+		return -EIO;
+	return 0;
+}
+
+int seal_page_detached(struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t len,
+		       void *dst, struct seal_tag *tag)
+{
+	unsigned char nonce[SEAL_NONCE_BYTES], ad[12];
+	uint64_t n = atomic_fetch_add_explicit(&s->counter, 1, memory_order_relaxed);
+
+	if (n == UINT64_MAX)
+		return -EOVERFLOW;
+	seal_nonce(s, n, nonce);
+	seal_ad(ad, owner, handle);
+	crypto_aead_xchacha20poly1305_ietf_encrypt_detached(dst, tag->mac, NULL, src, len, ad, sizeof(ad),
+							    NULL, nonce, s->key);
+	tag->counter = n;
+	return 0;
+}
+
+int seal_open_detached(const struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t len,
+		       const struct seal_tag *tag, void *dst)
+{
+	unsigned char nonce[SEAL_NONCE_BYTES], ad[12];
+
+	seal_nonce(s, tag->counter, nonce);
+	seal_ad(ad, owner, handle);
+	if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(dst, NULL, src, len, tag->mac, ad, sizeof(ad),
+								nonce, s->key))
 		return -EIO;
 	return 0;
 }

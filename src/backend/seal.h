@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #define SEAL_NONCE_BYTES 24
-#define SEAL_TAG_BYTES 16
-#define SEAL_OVERHEAD (SEAL_NONCE_BYTES + SEAL_TAG_BYTES)
+#define SEAL_TAG_BYTES   16
+#define SEAL_OVERHEAD    (SEAL_NONCE_BYTES + SEAL_TAG_BYTES)
 
 struct sealer {
 	unsigned char key[32];
@@ -38,5 +38,22 @@ int seal_page(struct sealer *s, uint32_t owner, uint64_t handle, const void *src
  */
 int seal_open(const struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t sealed_len,
 	      void *dst);
+
+/*
+ * Detached form, for a tier whose slot holds exactly the page (the file tier): the ciphertext has the
+ * page's size and what makes it openable stays in the caller's memory, so replaying an old ciphertext
+ * of the same slot fails too.
+ */
+struct seal_tag {
+	uint64_t counter; /* nonce bytes 16..23 */
+	unsigned char mac[SEAL_TAG_BYTES];
+};
+
+/* Context: any thread, no allocation. Return: 0; -EOVERFLOW if the nonce counter is exhausted. */
+int seal_page_detached(struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t len,
+		       void *dst, struct seal_tag *tag);
+/* Context: any thread, no allocation. Return: 0; -EIO if forged, corrupt, or sealed for another binding. */
+int seal_open_detached(const struct sealer *s, uint32_t owner, uint64_t handle, const void *src, size_t len,
+		       const struct seal_tag *tag, void *dst);
 
 #endif
