@@ -247,9 +247,10 @@ out:
 
 /*
  * Ask the nodes for the slot map: first those connected, then those not known to be down, then the
- * rest. A node that fails here is marked down like in a batch. Return: 0 or -EIO.
+ * rest, each waited for at most @io_ms. A node that fails here is marked down like in a batch.
+ * Return: 0 or -EIO.
  */
-static int refresh_slots(struct rcluster *rc)
+static int refresh_slots(struct rcluster *rc, int io_ms)
 {
 	uint64_t now = rcluster_now_ms();
 
@@ -260,7 +261,7 @@ static int refresh_slots(struct rcluster *rc)
 
 			if ((pass == 0) != connected || (pass == 1 && down) || (pass == 2 && !down))
 				continue;
-			if (!connected && node_connect(rc, nd, rc->timeout_ms)) {
+			if ((!connected && node_connect(rc, nd, io_ms)) || node_set_timeout(nd, io_ms)) {
 				node_fail(rc, nd);
 				continue;
 			}
@@ -327,7 +328,7 @@ int rcluster_open(struct rcluster *rc)
 				       rc->nodes[0].host, rc->nodes[0].port);
 		memset(rc->slot_node, 0, sizeof(rc->slot_node));
 	} else {
-		if (refresh_slots(rc))
+		if (refresh_slots(rc, rc->timeout_ms))
 			return err_set(-EIO,
 				       "redis: no seed answers CLUSTER SLOTS (is %s:%d a cluster node?)",
 				       rc->nodes[0].host, rc->nodes[0].port);
@@ -465,18 +466,24 @@ static redisReply *node_reply(struct rcluster *rc, struct rc_node *nd, struct ro
 	return NULL;
 }
 
+/* How long one socket operation may wait: the tier's timeout, or what is left before a load's deadline. */
+static int io_budget(const struct rcluster *rc, uint64_t deadline_ms, uint64_t now)
+{
+	if (!deadline_ms || deadline_ms >= now + (uint64_t)rc->timeout_ms)
+		return rc->timeout_ms;
+	return deadline_ms > now ? (int)(deadline_ms - now) : 1;
+}
+
 static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms,
 		      struct round_info *ri)
 {
 	uint64_t now = rcluster_now_ms();
 	bool skip_down = !deadline_ms;
-	int io_ms = rc->timeout_ms;
+	int io_ms = io_budget(rc, deadline_ms, now);
 	int wait_ms = rc->timeout_ms / 2 > 0 ? rc->timeout_ms / 2 : 1; /* WAIT 0 would block forever */
 	char key[64];
 	size_t len;
 
-	if (deadline_ms && deadline_ms > now && deadline_ms - now < (uint64_t)io_ms)
-		io_ms = (int)(deadline_ms - now);
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
 		rc->nodes[i].nr_sent = rc->nodes[i].nr_sets = 0;
 		rc->nodes[i].wait_sent = rc->nodes[i].broken = false;
@@ -605,9 +612,10 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 	}
 	for (;;) {
 		struct round_info ri = {false, false, false, false};
+		uint64_t now = rcluster_now_ms();
 
-		if (rc->cluster && rc->stale)
-			refresh_slots(rc);
+		if (rc->cluster && rc->stale) /* a load's refresh waits no longer than its deadline */
+			refresh_slots(rc, io_budget(rc, deadline_ms, now));
 		round_run(rc, cmds, n, replicas, deadline_ms, &ri);
 		pending = 0;
 		for (size_t i = 0; i < n; i++)
@@ -617,8 +625,7 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 		if (ri.redirected && redirects++ < RC_MAX_REDIRECTS)
 			continue;
 		if (deadline_ms) {
-			uint64_t now = rcluster_now_ms();
-
+			now = rcluster_now_ms();
 			if (now >= deadline_ms)
 				break;
 			sleep_ms(deadline_ms - now < pause_ms ? deadline_ms - now : pause_ms);
