@@ -96,6 +96,7 @@ struct churn {
 	uint32_t *sums;
 	_Atomic bool stop;
 	_Atomic size_t bad;
+	_Atomic uint64_t ops; /* touches done */
 	pthread_t th;
 	uint64_t seed;
 };
@@ -114,6 +115,7 @@ static void *churn_main(void *arg)
 			c->sums[i] = put_page(c->base + i * PS, i, 1000 + v++);
 		else if (csum_buf(c->base + i * PS, PS) != c->sums[i])
 			atomic_fetch_add(&c->bad, 1);
+		atomic_fetch_add_explicit(&c->ops, 1, memory_order_relaxed);
 	}
 	return NULL;
 }
@@ -125,6 +127,7 @@ static void churn_start(struct churn *c, unsigned char *base, size_t first, size
 	c->end = end;
 	c->sums = sums;
 	c->seed = seed_for(first);
+	atomic_store(&c->ops, 0);
 	atomic_store(&c->stop, false);
 	atomic_store(&c->bad, 0);
 	pthread_create(&c->th, NULL, churn_main, c);
@@ -285,18 +288,24 @@ static void workers_stop(struct workers *w)
 	churn_stop(&w->c[1]);
 }
 
-/* A fixed amount of work for the workers: wait until the layer has done @n more swap-ins. */
-static void wait_swapins(struct uswap_mm *m, uint64_t n)
+/*
+ * A fixed amount of work: wait until the workers have done @n more touches (each touch that misses
+ * is a swap-in; counting touches, not swap-ins, cannot wait forever when nothing can be evicted).
+ */
+static void wait_ops(struct workers *w, uint64_t n)
+{
+	uint64_t until = atomic_load(&w->c[0].ops) + atomic_load(&w->c[1].ops) + n;
+
+	while (atomic_load(&w->c[0].ops) + atomic_load(&w->c[1].ops) < until)
+		sched_yield();
+}
+
+static uint64_t swapins(struct uswap_mm *m)
 {
 	struct uswap_mm_stats st;
-	uint64_t until;
 
 	uswap_mm_stats(m, &st);
-	until = st.swapins + n;
-	do {
-		sched_yield();
-		uswap_mm_stats(m, &st);
-	} while (st.swapins < until);
+	return st.swapins;
 }
 
 /* swapoff of the compressed pool, then of the file, while two threads read and write. */
@@ -308,6 +317,7 @@ static void test_mm_swapoff_running(void)
 	struct workers w;
 	struct uswap_stats ss;
 	unsigned char *p;
+	uint64_t s0;
 	int ret;
 
 	if (!m)
@@ -315,19 +325,21 @@ static void test_mm_swapoff_running(void)
 	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
 	for (size_t i = 0; i < n; i++)
 		sums[i] = put_page(p + i * PS, i, 0);
+	s0 = swapins(m);
 	workers_start(&w, p, n, sums);
-	wait_swapins(m, 2000);
+	wait_ops(&w, 3000);
 	CHECK_EQ(uswap_swapoff(uswap_mm_swap(m), T_ZPOOL), 0);
-	wait_swapins(m, 2000);
+	wait_ops(&w, 3000);
 	uswap_stats(uswap_mm_swap(m), &ss);
 	CHECK_EQ(ss.tier[T_ZPOOL].pages, 0); /* off: it took nothing since */
 	CHECK_EQ(uswap_swapon(uswap_mm_swap(m), T_ZPOOL), 0);
-	wait_swapins(m, 2000);
+	wait_ops(&w, 3000);
 	/* Random pages have nowhere else to go: -ENOSPC leaves them in the file, intact. */
 	ret = uswap_swapoff(uswap_mm_swap(m), T_FILE);
 	CHECK(ret == 0 || ret == -ENOSPC);
-	wait_swapins(m, 2000);
+	wait_ops(&w, 3000);
 	workers_stop(&w);
+	CHECK(swapins(m) > s0 + 1000);
 	CHECK_EQ(verify_range(p, 0, n, sums), 0);
 	check_accounting(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
@@ -358,11 +370,11 @@ static void test_mm_tier_fails(void)
 		sums[i] = put_page(p + i * PS, i, 0);
 	mm_settle(m);
 	pthread_rwlock_wrlock(&m->tbl_lock); /* no load or store runs while the hooks change */
-	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 300, -EIO, true);
-	backend_inject(testhook_tier(uswap_mm_swap(m), T_ZPOOL), true, 3000, -EIO, true);
+	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 100, -EIO, true);
+	backend_inject(testhook_tier(uswap_mm_swap(m), T_ZPOOL), true, 1000, -EIO, true);
 	pthread_rwlock_unlock(&m->tbl_lock);
 	workers_start(&w, p, n, sums);
-	wait_swapins(m, 6000);
+	wait_ops(&w, 10000);
 	workers_stop(&w);
 	CHECK_EQ(verify_range(p, 0, n, sums), 0);
 	uswap_mm_stats(m, &st);

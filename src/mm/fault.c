@@ -517,10 +517,33 @@ static void on_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t le
 }
 
 /*
- * Events of a batch are applied before its faults, and ev_readers/ev_pending let a handler wait until
- * every event read so far is applied (mm_settle()): the kernel completes an event when it is read, so
- * the program may already touch a moved range while the event still sits in another handler's batch.
+ * Events are applied one at a time in the order the kernel queued them, whichever handler read them:
+ * mremap() queues REMAP and then UNMAP of the old range, and applying the UNMAP first would drop the
+ * pages that REMAP moves. Reads are serialized by ev_lock, which numbers the events; a handler waits
+ * for its event's turn (ev_applied) holding no lock. Events of a batch go before its faults, and a
+ * fault in no region waits until every event read so far is applied (mm_settle()): the kernel
+ * completes an event when it is read, so the program may touch a moved range before it is applied.
  */
+static void apply_event(struct uswap_mm *m, const struct uffd_msg *msg, uint64_t region_seq, uint64_t ev)
+{
+	while (atomic_load_explicit(&m->ev_applied, memory_order_acquire) != ev)
+		sched_yield();
+	switch (msg->event) {
+	case UFFD_EVENT_REMOVE:
+		on_remove(m, msg->arg.remove.start, msg->arg.remove.end);
+		break;
+	case UFFD_EVENT_UNMAP:
+		on_unmap(m, msg->arg.remove.start, msg->arg.remove.end, region_seq);
+		break;
+	case UFFD_EVENT_REMAP:
+		on_remap(m, msg->arg.remap.from, msg->arg.remap.to, msg->arg.remap.len);
+		break;
+	default:
+		break;
+	}
+	atomic_store_explicit(&m->ev_applied, ev + 1, memory_order_release);
+}
+
 static void *handler_main(void *arg)
 {
 	struct mm_handler *h = arg;
@@ -536,16 +559,22 @@ static void *handler_main(void *arg)
 		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	}
 	for (;;) {
-		uint64_t seq = atomic_load(&m->seq);
+		uint64_t seq, ev;
 		ssize_t n;
 		size_t nr, nev = 0;
+		int e;
 
-		atomic_fetch_add(&m->ev_readers, 1);
+		pthread_mutex_lock(&m->ev_lock);
+		seq = atomic_load(&m->seq);
 		n = read(m->uffd, msgs, sizeof(msgs));
+		e = errno;
+		nr = n > 0 ? (size_t)n / sizeof(msgs[0]) : 0;
+		for (size_t i = 0; i < nr; i++)
+			nev += msgs[i].event != UFFD_EVENT_PAGEFAULT;
+		ev = m->ev_read;
+		m->ev_read += nev;
+		pthread_mutex_unlock(&m->ev_lock);
 		if (n < 0) {
-			int e = errno;
-
-			atomic_fetch_sub(&m->ev_readers, 1);
 			if (e == EINTR)
 				continue;
 			if (e != EAGAIN)
@@ -556,31 +585,9 @@ static void *handler_main(void *arg)
 				break;
 			continue;
 		}
-		nr = (size_t)n / sizeof(msgs[0]);
 		for (size_t i = 0; i < nr; i++)
-			nev += msgs[i].event != UFFD_EVENT_PAGEFAULT;
-		atomic_fetch_add(&m->ev_pending, nev);
-		atomic_fetch_sub(&m->ev_readers, 1);
-		for (size_t i = 0; i < nr; i++) {
-			const struct uffd_msg *msg = &msgs[i];
-
-			switch (msg->event) {
-			case UFFD_EVENT_PAGEFAULT:
-				continue;
-			case UFFD_EVENT_REMOVE:
-				on_remove(m, msg->arg.remove.start, msg->arg.remove.end);
-				break;
-			case UFFD_EVENT_UNMAP:
-				on_unmap(m, msg->arg.remove.start, msg->arg.remove.end, seq);
-				break;
-			case UFFD_EVENT_REMAP:
-				on_remap(m, msg->arg.remap.from, msg->arg.remap.to, msg->arg.remap.len);
-				break;
-			default:
-				break;
-			}
-			atomic_fetch_sub(&m->ev_pending, 1);
-		}
+			if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
+				apply_event(m, &msgs[i], seq, ev++);
 		for (size_t i = 0; i < nr; i++)
 			if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
 				on_pagefault(h, &msgs[i]);
@@ -590,7 +597,12 @@ static void *handler_main(void *arg)
 
 void mm_settle(struct uswap_mm *m)
 {
-	while (atomic_load(&m->ev_readers) || atomic_load(&m->ev_pending))
+	uint64_t target;
+
+	pthread_mutex_lock(&m->ev_lock);
+	target = m->ev_read;
+	pthread_mutex_unlock(&m->ev_lock);
+	while (atomic_load_explicit(&m->ev_applied, memory_order_acquire) < target)
 		sched_yield();
 }
 

@@ -237,6 +237,7 @@ static void mm_free(struct uswap_mm *m)
 	if (m->stop_fd > 0)
 		close(m->stop_fd);
 	pthread_mutex_destroy(&m->reclaim_lock);
+	pthread_mutex_destroy(&m->ev_lock);
 	pthread_mutex_destroy(&m->kick_lock);
 	pthread_cond_destroy(&m->kick);
 	mm_unmap_mem(m, sizeof(*m));
@@ -268,6 +269,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->fault_around = fa;
 	m->uffd = m->uffd_shadow = m->stop_fd = -1;
 	pthread_mutex_init(&m->reclaim_lock, NULL);
+	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);
 	set_limit_pages(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));

@@ -172,8 +172,9 @@ struct uswap_mm {
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
 
-	_Atomic unsigned ev_readers; /* handlers inside read() of the uffd, see handler_main() */
-	_Atomic uint64_t ev_pending; /* events read and not applied yet */
+	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */
+	uint64_t ev_read;            /* events read so far; protected by ev_lock */
+	_Atomic uint64_t ev_applied; /* events applied, in read order (see apply_event()) */
 
 	struct mm_handler *handlers;
 	unsigned nr_handlers;

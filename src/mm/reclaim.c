@@ -65,16 +65,11 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 			*busy = region_addr(r, i + dp);
 			*busy_len = (n - dp) * MM_PAGE;
 		}
-		if (ret == -ENOENT && dp < n) {
-			/*
-			 * A hole where we counted a page: the kernel zapped it after we handled its REMOVE
-			 * event (madvise zaps after telling us). It reads as zero now, as it should.
-			 */
-			pages_drop(m, r, i + dp, i + dp + 1);
-			i += dp + 1;
-			ret = 0;
-			continue;
-		}
+		/*
+		 * -ENOENT: a hole where we count a page (the kernel zapped it after we handled its REMOVE
+		 * event; a touch zero-fills it, see fault_present()) or no vma any more (mremap/munmap whose
+		 * event is not applied yet). We cannot tell them apart here, so the page stays as it is.
+		 */
 		i += n;
 	}
 	folio_summarize(r, fi);
