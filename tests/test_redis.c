@@ -18,6 +18,39 @@
 #include "core/testhook.h"
 #include "rserver.h"
 
+/*
+ * The reclaim path allocates nothing: malloc is counted on the storing thread only (the tier's I/O
+ * thread, where hiredis allocates, is not). Sanitizer builds keep their own malloc.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define INTERPOSE 0
+#else
+#define INTERPOSE 1
+static _Thread_local bool counting;
+static _Thread_local unsigned long malloc_calls;
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+
+void *malloc(size_t n)
+{
+	malloc_calls += counting;
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t a, size_t b)
+{
+	malloc_calls += counting;
+	return __libc_calloc(a, b);
+}
+
+void *realloc(void *p, size_t n)
+{
+	malloc_calls += counting;
+	return __libc_realloc(p, n);
+}
+#endif
+
 static void test_key_slots(void)
 {
 	CHECK_EQ(rcluster_crc16("123456789", 9), 0x31c3); /* the cluster specification's check value */
@@ -104,6 +137,38 @@ static void test_redis_db_option_and_deletes(void)
 	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":db=x")) < 0);
 out:
 	redisFree(c);
+}
+
+static void test_redis_store_allocates_nothing(void)
+{
+	static unsigned char pages[16 * PAGE_SIZE];
+	static uswap_id_t ids[200];
+	struct uswap *u = NULL;
+	char spec[96];
+
+	CHECK_EQ(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":prefix=talloc")), 0);
+	if (!u)
+		return;
+	fill_pages(pages, 16, PK_RANDOM, seed_for(77));
+	uswap_store(u, pages, 1, &ids[0]); /* the I/O thread's first connection is made */
+	uswap_free(u, ids[0]);
+#if INTERPOSE
+	counting = true;
+	void *volatile probe = malloc(16); /* the counter counts */
+
+	free(probe);
+	CHECK_EQ(malloc_calls, 1);
+	malloc_calls = 0;
+#endif
+	for (int i = 0; i < 200; i++)
+		CHECK_EQ(uswap_store(u, pages, 1 + i % 16, &ids[i]), 0);
+#if INTERPOSE
+	counting = false;
+	CHECK_EQ(malloc_calls, 0);
+#endif
+	for (int i = 0; i < 200; i++)
+		CHECK_EQ(uswap_free(u, ids[i]), 0);
+	uswap_destroy(u);
 }
 
 /* replicas=1 on a server without replicas: WAIT never gets its acknowledgement, the pool takes the pages. */
@@ -357,6 +422,7 @@ static void test_redis_suite(void)
 	if (rserver_start(&srv, "noeviction", NULL))
 		check_skip("redis-server did not come up");
 	test_redis_roundtrip_through_layer();
+	test_redis_store_allocates_nothing();
 	test_redis_db_option_and_deletes();
 	test_redis_value_swapped_on_server_is_rejected();
 	test_redis_tampered_with_redis_cli();

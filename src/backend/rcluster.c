@@ -10,6 +10,7 @@
  * retry policy of rcluster_exec().
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,16 +26,29 @@
 #define RC_DOWN_MIN_MS   1000 /* a failed or replica-less node is skipped by stores this long (or timeout) */
 #define RC_SLEEP_MAX_MS  200  /* longest pause between retry rounds of a load */
 
+/* CRC16 of one byte shifted through polynomial 0x1021, for each byte value: built once. */
+static uint16_t crc16_table[256];
+static pthread_once_t crc16_once = PTHREAD_ONCE_INIT;
+
+static void crc16_init(void)
+{
+	for (unsigned v = 0; v < 256; v++) {
+		uint16_t crc = (uint16_t)(v << 8);
+
+		for (int bit = 0; bit < 8; bit++)
+			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+		crc16_table[v] = crc;
+	}
+}
+
 uint16_t rcluster_crc16(const void *buf, size_t len)
 {
 	const unsigned char *p = buf;
 	uint16_t crc = 0;
 
-	while (len--) {
-		crc ^= (uint16_t)(*p++ << 8);
-		for (int bit = 0; bit < 8; bit++)
-			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-	}
+	pthread_once(&crc16_once, crc16_init);
+	while (len--)
+		crc = (uint16_t)(crc << 8) ^ crc16_table[(crc >> 8) ^ *p++];
 	return crc;
 }
 
@@ -495,7 +509,9 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 		if (cmd->result != RC_PENDING)
 			continue;
 		len = rc_key(rc, cmd->key, key, sizeof(key));
-		if (!cmd->asking)
+		if (!rc->cluster)
+			cmd->node = 0;
+		else if (!cmd->asking)
 			cmd->node = rc->slot_node[rcluster_key_slot(key, len)];
 		if (cmd->node == RC_NO_NODE) {
 			ri->failed = true;
