@@ -136,6 +136,8 @@ static void cluster_start(void)
 					    "swapdb",
 					    "--cluster-allow-replica-migration",
 					    "no",
+					    "--cluster-require-full-coverage",
+					    "no",
 					    NULL};
 	char addr[NR_NODES][32];
 	const char *argv[NR_NODES + 8] = {"/usr/bin/redis-cli", "--cluster", "create"};
@@ -315,6 +317,84 @@ out:
 }
 
 /*
+ * A master stops answering (SIGSTOP) for a while (its replica told not to take over). Nothing hangs: a
+ * load of one of its pages fails with -EIO within the timeout, pages of the other masters load (cluster-require-full-coverage no: else the whole cluster answers CLUSTERDOWN until the
+ * failover), stores go to the next tier; no load ever returns wrong data. After SIGCONT every page
+ * loads again.
+ */
+static void test_cluster_master_stopped(void)
+{
+	enum { NR = 30 };
+	static unsigned char page[PAGE_SIZE], back[PAGE_SIZE];
+	uswap_id_t ids[NR], id;
+	char spec[112], key[32];
+	int victim = -1, n, failed = 0, elsewhere_ok = 0, elsewhere = 0;
+	unsigned tier = 9;
+	uint64_t h = 0;
+	struct uswap *u;
+
+	snprintf(spec, sizeof(spec),
+		 "redis-cluster://127.0.0.1:%d:prefix=c3-:replicas=1:timeout=300,zpool:lz4", node[2].port);
+	CHECK_EQ(uswap_create(&u, spec), 0);
+	if (!u)
+		return;
+	for (int i = 0; i < NR; i++) {
+		fill_page(page, PK_TEXT, seed_for(6000 + (uint64_t)i));
+		CHECK_EQ(uswap_store(u, page, 1, &ids[i]), 0);
+	}
+	for (int i = 0; i < NR_NODES && victim < 0; i++)
+		if (is_master(i, &n) && keys_on(i, "c3-*") > 0)
+			victim = i;
+	CHECK(victim >= 0);
+	if (victim < 0)
+		goto out;
+	for (int i = 0; i < NR_NODES; i++) /* the stopped master stays the owner of its slots */
+		freeReplyObject(cmd(i, "CONFIG SET cluster-replica-no-failover yes"));
+	kill(node[victim].pid, SIGSTOP);
+	for (int i = 0; i < NR; i++) {
+		int ret, owner;
+
+		CHECK_EQ(testhook_page(u, ids[i], 0, &tier, &h), 0);
+		snprintf(key, sizeof(key), "c3-%u", (unsigned)h);
+		owner = owner_of(victim == 0 ? 1 : 0, rcluster_key_slot(key, strlen(key)));
+		fill_page(page, PK_TEXT, seed_for(6000 + (uint64_t)i));
+		memset(back, 0, PAGE_SIZE);
+		ret = uswap_load(u, ids[i], back, 1);
+		CHECK(ret == 0 || ret == -EIO);
+		if (!ret)
+			CHECK_MEM(page, back, PAGE_SIZE);
+		failed += ret != 0;
+		if (owner != victim) {
+			elsewhere++;
+			elsewhere_ok += !ret;
+		}
+	}
+	CHECK(elsewhere > 0 && elsewhere < NR);
+	CHECK_EQ(elsewhere_ok, elsewhere);
+	CHECK_EQ(failed, NR - elsewhere);
+	for (int i = 0; i < 8; i++) { /* every store lands somewhere and reads back */
+		fill_page(page, PK_TEXT, seed_for(6100 + (uint64_t)i));
+		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
+		CHECK_EQ(uswap_load(u, id, back, 1), 0);
+		CHECK_MEM(page, back, PAGE_SIZE);
+		CHECK_EQ(uswap_free(u, id), 0);
+	}
+	kill(node[victim].pid, SIGCONT);
+	for (int i = 0; i < NR_NODES; i++)
+		freeReplyObject(cmd(i, "CONFIG SET cluster-replica-no-failover no"));
+	CHECK(wait_cluster(1));
+	for (int i = 0; i < NR; i++) {
+		fill_page(page, PK_TEXT, seed_for(6000 + (uint64_t)i));
+		CHECK_EQ(uswap_load(u, ids[i], back, 1), 0);
+		CHECK_MEM(page, back, PAGE_SIZE);
+	}
+	printf("  master stopped: %d of %d loads failed, %d of %d on other masters all loaded\n", failed, NR,
+	       elsewhere_ok, elsewhere);
+out:
+	uswap_destroy(u);
+}
+
+/*
  * replicas=1: a store counts once a replica has it (WAIT). Kill a master: after its replica takes
  * over, every page stored before reads back. The promoted master has no replica left, so stores
  * whose keys land on it are refused and go to the next tier (a pool, for these compressible pages).
@@ -378,6 +458,7 @@ static void test_cluster_suite(void)
 {
 	cluster_start();
 	test_cluster_spread_and_redirects();
+	test_cluster_master_stopped();
 	test_cluster_master_killed_no_page_lost();
 	for (int i = 0; i < NR_NODES; i++)
 		rserver_kill(&node[i]);
