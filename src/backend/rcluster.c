@@ -409,11 +409,10 @@ static bool conn_was_stale(const struct rc_node *nd)
 static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_node *from, redisReply *r,
 		       struct round_info *ri)
 {
-	bool asking = cmd->asking;
 	unsigned slot;
 	int idx;
 
-	cmd->asking = false;
+	cmd->asking = false; /* an ASK holds for one attempt */
 	if (r->type == REDIS_REPLY_ERROR) {
 		if (rc->cluster && (!strncmp(r->str, "MOVED ", 6) || !strncmp(r->str, "ASK ", 4))) {
 			idx = redirect_target(rc, from, r->str, &slot);
@@ -444,7 +443,6 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 		cmd->result = -EIO;
 		return;
 	}
-	(void)asking;
 	switch (cmd->op) {
 	case RC_GET:
 		if (r->type == REDIS_REPLY_NIL)
