@@ -46,11 +46,15 @@ static void pause_ms(long ms)
 	nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL);
 }
 
-/* Readiness of node @i: "cluster_state:ok" in CLUSTER INFO. */
+/*
+ * Readiness of node @i: "cluster_state:ok" and every slot served by a healthy master (with
+ * cluster-require-full-coverage no, the state is ok while a failed master's slots wait for failover).
+ */
 static bool cluster_ok(int i)
 {
 	redisReply *r = cmd(i, "CLUSTER INFO");
-	bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok");
+	bool ok = r && r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") &&
+		  strstr(r->str, "cluster_slots_ok:16384");
 
 	if (r)
 		freeReplyObject(r);
