@@ -62,7 +62,7 @@ $(BUILD)/uswap: $(CLI_OBJ) $(BUILD)/libuswap.a
 	$(CC) $(LDSAN) -o $@ $(CLI_OBJ) $(BUILD)/libuswap.a $(LIBS)
 
 $(BUILD)/libuswap-preload.so: $(PRELOAD_OBJ) $(BUILD)/libuswap.a
-	$(CC) -shared $(LDSAN) -o $@ $(PRELOAD_OBJ) $(BUILD)/libuswap.a $(LIBS)
+	$(CC) -shared $(LDSAN) -o $@ $(PRELOAD_OBJ) $(BUILD)/libuswap.a $(LIBS) -lmimalloc
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libuswap.a
 	@mkdir -p $(dir $@)

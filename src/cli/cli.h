@@ -6,6 +6,12 @@
 #define USWAP_CLI_H
 
 int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_stat(int argc, char **argv);
+struct live_stats;
+#include <stdio.h>
+void live_print_json(FILE *f, const struct live_stats *l);
+int live_read(int pid, struct live_stats *out);
 int bench_core(int argc, char **argv);
 int bench_remote(int argc, char **argv);
 int bench_file(int argc, char **argv);

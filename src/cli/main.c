@@ -11,6 +11,10 @@
 
 static const char usage[] =
 	"usage: uswap COMMAND [ARGS]\n"
+	"  run --limit SIZE [--tiers SPEC] [--folio SIZE] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
+	"                        run PROGRAM with its anonymous memory under the limit\n"
+	"  stat PID [--watch] [--json]\n"
+	"                        live statistics of a program under uswap run\n"
 	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES]\n"
 	"                        store/load throughput of the swap layer against raw lz4\n"
 	"  bench remote [--json] [--server HOST:PORT]\n"
@@ -69,6 +73,10 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "bench"))
 		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stat"))
+		return cmd_stat(argc - 1, argv + 1);
 	cli_usage_error("unknown command \"%s\"", argv[1]);
 	fputs(usage, stderr);
 	return 2;

@@ -1,0 +1,339 @@
+/*
+ * run.c - `uswap run [options] -- PROGRAM [ARGS...]`: check everything that can be checked before the
+ * program starts (options, tier string, userfaultfd access, the program itself), then exec it with the
+ * preload library and the environment that configures it, as our child; its exit status and its death
+ * by a signal are passed on as ours.
+ *
+ * --limit is the memory budget of the program's anonymous pages: with the default tiers it covers the
+ * resident pages and the compressed pool together (3/4 resident, 1/4 pool); with --tiers it is the
+ * resident limit alone, and the pool's own max= applies.
+ */
+#include <dirent.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "util/live.h"
+#include "uswap.h"
+
+static const char run_usage[] =
+	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
+	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required)\n"
+	"  --tiers SPEC       tier stack (default: same, a compressed pool of a quarter of the limit,\n"
+	"                     an unnamed swap file); see uswap(1)\n"
+	"  --folio SIZE       unit of eviction and swap-in, 4K..2M, a power of two (default 4K)\n"
+	"  --stats-json FILE  write a summary of the run to FILE when the program exits\n"
+	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_STATS_JSON.\n";
+
+/* The preload library: next to this binary (build tree), else in ../lib of it (installed). */
+static int find_preload(char *out, size_t len)
+{
+	char self[PATH_MAX - 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	static const char *rel[] = { "libuswap-preload.so", "../lib/libuswap-preload.so",
+				     "../lib/x86_64-linux-gnu/libuswap-preload.so" };
+
+	if (n <= 0)
+		return -1;
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	if (!slash)
+		return -1;
+	*slash = '\0';
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		snprintf(out, len, "%s/%s", self, rel[i]);
+		if (!access(out, R_OK)) {
+			char real[PATH_MAX];
+
+			if (realpath(out, real) && strlen(real) < len)
+				memcpy(out, real, strlen(real) + 1);
+			return 0;
+		}
+	}
+	return -1;
+}
+
+/* PROGRAM as execvp would find it. */
+static int find_program(const char *prog, char *out, size_t len)
+{
+	if (strchr(prog, '/')) {
+		snprintf(out, len, "%s", prog);
+		return access(out, X_OK);
+	}
+	const char *path = getenv("PATH");
+	if (!path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	while (*path) {
+		const char *end = strchr(path, ':');
+		size_t dl = end ? (size_t)(end - path) : strlen(path);
+
+		snprintf(out, len, "%.*s/%s", (int)dl, dl ? path : ".", prog);
+		if (!access(out, X_OK))
+			return 0;
+		path += dl + (end ? 1 : 0);
+	}
+	return -1;
+}
+
+/*
+ * What the preload cannot serve: a setuid/setgid program (the loader ignores LD_PRELOAD) and a static
+ * binary (no loader at all). A script (#!) is fine: its interpreter gets the library.
+ */
+static const char *unservable(const char *path)
+{
+	struct stat st;
+	Elf64_Ehdr eh;
+	int fd;
+
+	if (stat(path, &st))
+		return "cannot be read";
+	if (st.st_mode & (S_ISUID | S_ISGID))
+		return "is setuid or setgid: the loader ignores LD_PRELOAD for it";
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL; /* execute-only: let exec tell */
+	ssize_t n = pread(fd, &eh, sizeof(eh), 0);
+	if (n >= 2 && !memcmp(&eh, "#!", 2)) {
+		close(fd);
+		return NULL;
+	}
+	if (n != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64) {
+		close(fd);
+		return NULL;
+	}
+	bool dynamic = false;
+	for (unsigned i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+
+		if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) != sizeof(ph))
+			break;
+		dynamic |= ph.p_type == PT_INTERP;
+	}
+	close(fd);
+	return dynamic ? NULL : "is statically linked: there is no loader to preload uswap into it";
+}
+
+/* userfaultfd with kernel-mode faults (what a program's read(2) into swapped memory needs). */
+static const char *uffd_refused(void)
+{
+	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+
+	if (fd >= 0) {
+		close(fd);
+		return NULL;
+	}
+	if (errno == EPERM)
+		return "userfaultfd is not allowed for this user: run as root, grant access to /dev/userfaultfd, "
+		       "or set sysctl vm.unprivileged_userfaultfd=1";
+	return "userfaultfd is not available in this kernel";
+}
+
+/*
+ * The program runs as our child so that its summary can be written whatever way it ends (exit(),
+ * _exit() as shells do, a signal): we read its last published statistics, write them, remove the
+ * live file, and end the way it ended: same exit status, or the same signal raised on ourselves.
+ * Terminal signals reach the child through the process group; SIGTERM/SIGHUP sent to us are passed on.
+ */
+static pid_t g_child;
+
+static void forward(int sig)
+{
+	if (g_child > 0)
+		kill(g_child, sig);
+}
+
+/*
+ * Programs that end with _exit() (shells do) or by a signal leave their live file behind: remove
+ * those of processes that no longer exist, if they are ours.
+ */
+static void sweep_stale_live_files(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[300];
+		struct stat st;
+		int pid;
+
+		if (strncmp(e->d_name, "uswap.", 6) || (pid = atoi(e->d_name + 6)) <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		if (kill(pid, 0) && errno == ESRCH && !lstat(path, &st) && S_ISREG(st.st_mode) &&
+		    st.st_uid == getuid())
+			unlink(path);
+	}
+	closedir(d);
+}
+
+static int run_and_wait(const char *prog, char *const argv[], const char *stats)
+{
+	struct sigaction sa = { .sa_handler = forward }, ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
+	struct live_stats last;
+	int st, have;
+
+	sigaction(SIGINT, &ign, &old_int);
+	sigaction(SIGQUIT, &ign, &old_quit);
+	g_child = fork();
+	if (g_child < 0) {
+		fprintf(stderr, "uswap: run: fork: %s\n", strerror(errno));
+		return 1;
+	}
+	if (g_child == 0) {
+		char me[32];
+
+		snprintf(me, sizeof(me), "%d", (int)getpid());
+		setenv("USWAP_LIVE_KEEP", me, 1); /* only the program's own file outlives it */
+		sigaction(SIGINT, &old_int, NULL);
+		sigaction(SIGQUIT, &old_quit, NULL);
+		execv(prog, argv);
+		fprintf(stderr, "uswap: run: cannot execute %s: %s\n", prog, strerror(errno));
+		_exit(errno == ENOENT ? 127 : 126);
+	}
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	while (waitpid(g_child, &st, 0) < 0 && errno == EINTR)
+		;
+	have = live_read((int)g_child, &last) == 0;
+	if (stats) {
+		FILE *f = fopen(stats, "w");
+
+		if (!f) {
+			fprintf(stderr, "uswap: run: cannot write %s: %s\n", stats, strerror(errno));
+		} else {
+			if (have)
+				live_print_json(f, &last);
+			else
+				fprintf(f, "{\"pid\":%d,\"error\":\"no statistics were published\"}\n", (int)g_child);
+			fclose(f);
+		}
+	}
+	char path[64];
+	snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_child);
+	unlink(path);
+	sweep_stale_live_files();
+	if (WIFSIGNALED(st)) {
+		int sig = WTERMSIG(st);
+
+		signal(sig, SIG_DFL);
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		sigprocmask(SIG_UNBLOCK, &set, NULL);
+		raise(sig);
+		return 128 + sig;
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+int cmd_run(int argc, char **argv)
+{
+	const char *limit = NULL, *tiers = NULL, *folio = NULL, *stats = NULL;
+	uint64_t limit_bytes = 0, folio_bytes = 0;
+	char tiers_buf[256], preload[PATH_MAX], prog[PATH_MAX], num[32];
+	int i;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+		if (!strcmp(a, "--")) {
+			i++;
+			break;
+		}
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			fputs(run_usage, stdout);
+			return 0;
+		}
+		if (a[0] != '-')
+			break; /* PROGRAM without "--" */
+		if (!v)
+			return cli_usage_error("run: option %s needs a value\n%s", a, run_usage);
+		if (!strcmp(a, "--limit"))
+			limit = v;
+		else if (!strcmp(a, "--tiers"))
+			tiers = v;
+		else if (!strcmp(a, "--folio"))
+			folio = v;
+		else if (!strcmp(a, "--stats-json"))
+			stats = v;
+		else
+			return cli_usage_error("run: unknown option \"%s\"\n%s", a, run_usage);
+		i++;
+	}
+	if (i >= argc)
+		return cli_usage_error("run: no PROGRAM to run\n%s", run_usage);
+	if (!limit)
+		return cli_usage_error("run: --limit is required (e.g. --limit 512M or --limit 25%%)");
+	if (uswap_parse_size(limit, 1, &limit_bytes) || limit_bytes < (4u << 20))
+		return cli_usage_error("run: --limit \"%s\" is not a size of 4M or more (512M, 2G, 25%%)", limit);
+	if (folio && (uswap_parse_size(folio, 0, &folio_bytes) || folio_bytes < 4096 || folio_bytes > (2u << 20) ||
+		      (folio_bytes & (folio_bytes - 1))))
+		return cli_usage_error("run: --folio \"%s\" is not a power of two from 4K to 2M", folio);
+	uint64_t resident = limit_bytes;
+	if (!tiers) {
+		uint64_t pool = limit_bytes / 4;
+
+		resident = limit_bytes - pool;
+		snprintf(tiers_buf, sizeof(tiers_buf), "same,zpool:lz4:max=%lluK,file",
+			 (unsigned long long)(pool >> 10));
+		tiers = tiers_buf;
+	}
+	/* The tier string is checked by building it once (a swap file is created and dropped). */
+	struct uswap *probe;
+	int ret = uswap_create(&probe, tiers);
+	if (ret) {
+		fprintf(stderr, "uswap: run: --tiers: %s\n", uswap_errmsg());
+		return 2;
+	}
+	uswap_destroy(probe);
+	const char *why = uffd_refused();
+	if (why) {
+		fprintf(stderr, "uswap: run: %s\n", why);
+		return 2;
+	}
+	if (find_preload(preload, sizeof(preload))) {
+		fprintf(stderr, "uswap: run: libuswap-preload.so not found next to this program or in ../lib\n");
+		return 2;
+	}
+	if (find_program(argv[i], prog, sizeof(prog))) {
+		fprintf(stderr, "uswap: run: %s: command not found\n", argv[i]);
+		return 127;
+	}
+	why = unservable(prog);
+	if (why) {
+		fprintf(stderr, "uswap: run: %s %s\n", prog, why);
+		return 2;
+	}
+
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)resident);
+	setenv("USWAP_LIMIT", num, 1);
+	setenv("USWAP_TIERS", tiers, 1);
+	if (folio)
+		setenv("USWAP_FOLIO", folio, 1);
+	const char *old = getenv("LD_PRELOAD");
+	if (old && *old) {
+		size_t l = strlen(preload) + strlen(old) + 2;
+		char *both = malloc(l);
+
+		if (!both)
+			return 1;
+		snprintf(both, l, "%s:%s", preload, old);
+		setenv("LD_PRELOAD", both, 1);
+	} else {
+		setenv("LD_PRELOAD", preload, 1);
+	}
+	return run_and_wait(prog, argv + i, stats);
+}

@@ -1,0 +1,173 @@
+/*
+ * stat.c - `uswap stat PID [--watch] [--json]`: the live statistics of a program under `uswap run`,
+ * read from the shared file its preload library rewrites every 200 ms (util/live.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "util/live.h"
+
+static int snapshot(const struct live_stats *shm, struct live_stats *out)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		uint64_t s1 = shm->seq;
+
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		memcpy(out, shm, sizeof(*out));
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (!(s1 & 1) && s1 == shm->seq)
+			return 0;
+		usleep(1000);
+	}
+	return -EAGAIN;
+}
+
+static double mib(uint64_t b)
+{
+	return (double)b / 1048576.0;
+}
+
+static void print_text(const struct live_stats *l)
+{
+	const struct uswap_mm_stats *m = &l->mm;
+	const struct uswap_stats *s = &l->swap;
+
+	printf("pid %d%s  tiers %s\n", l->pid, l->exited ? " (exited)" : "", l->tiers);
+	printf("  resident %.1f MiB of %.1f MiB limit (inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n",
+	       mib(m->resident_bytes), mib(m->limit_bytes), mib(m->inactive_bytes), mib(m->swapped_bytes),
+	       (unsigned long long)m->regions, mib(m->region_bytes));
+	printf("  swap-ins %llu (%llu pages), p50 %.1f us, p99 %.1f us; soft faults %llu; evictions %llu "
+	       "(%llu pages, %llu clean); store failures %llu, load failures %llu\n",
+	       (unsigned long long)m->swapins, (unsigned long long)m->swapin_pages, m->swapin_ns_p50 / 1e3,
+	       m->swapin_ns_p99 / 1e3, (unsigned long long)m->soft_faults, (unsigned long long)m->evictions,
+	       (unsigned long long)m->evicted_pages, (unsigned long long)m->clean_evictions,
+	       (unsigned long long)m->store_failures, (unsigned long long)m->load_failures);
+	printf("  %-28s %10s %10s %10s %6s %10s %10s %9s %9s %7s\n", "tier", "pages", "data MiB", "used MiB",
+	       "ratio", "stores", "loads", "wb in", "wb out", "errors");
+	for (unsigned t = 0; t < s->nr_tiers; t++) {
+		const struct uswap_tier_stats *ts = &s->tier[t];
+		double ratio = ts->data_bytes ? (double)ts->pages * 4096.0 / (double)ts->data_bytes : 0;
+
+		printf("  %-28.28s %10llu %10.1f %10.1f %6.2f %10llu %10llu %9llu %9llu %7llu\n", ts->spec,
+		       (unsigned long long)ts->pages, mib(ts->data_bytes), mib(ts->used_bytes), ratio,
+		       (unsigned long long)ts->stores, (unsigned long long)ts->loads,
+		       (unsigned long long)ts->writeback_in, (unsigned long long)ts->writeback_out,
+		       (unsigned long long)ts->errors);
+	}
+	printf("  metadata: swap layer %.2f MiB, mm %.2f MiB\n", mib(s->meta_bytes), mib(m->meta_bytes));
+}
+
+void live_print_json(FILE *f, const struct live_stats *l)
+{
+	const struct uswap_mm_stats *m = &l->mm;
+	const struct uswap_stats *s = &l->swap;
+
+	fprintf(f, "{\"pid\":%d,\"exited\":%s,\"tiers\":\"%s\",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
+	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
+	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
+	       "\"soft_faults\":%llu,\"store_failures\":%llu,\"load_failures\":%llu,\"mm_meta_bytes\":%llu,"
+	       "\"swap_meta_bytes\":%llu,\"tier\":[",
+	       l->pid, l->exited ? "true" : "false", l->tiers, (unsigned long long)m->limit_bytes,
+	       (unsigned long long)m->resident_bytes, (unsigned long long)m->swapped_bytes,
+	       (unsigned long long)m->swapins, m->swapin_ns_p50 / 1e3, m->swapin_ns_p99 / 1e3,
+	       (unsigned long long)m->evictions, (unsigned long long)m->evicted_pages,
+	       (unsigned long long)m->clean_evictions, (unsigned long long)m->swapin_pages,
+	       (unsigned long long)m->soft_faults, (unsigned long long)m->store_failures,
+	       (unsigned long long)m->load_failures, (unsigned long long)m->meta_bytes,
+	       (unsigned long long)s->meta_bytes);
+	for (unsigned t = 0; t < s->nr_tiers; t++) {
+		const struct uswap_tier_stats *ts = &s->tier[t];
+
+		fprintf(f, "%s{\"spec\":\"%s\",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
+		       "\"loads\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,\"errors\":%llu}",
+		       t ? "," : "", ts->spec, (unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
+		       (unsigned long long)ts->used_bytes, (unsigned long long)ts->stores,
+		       (unsigned long long)ts->loads, (unsigned long long)ts->writeback_in,
+		       (unsigned long long)ts->writeback_out, (unsigned long long)ts->errors);
+	}
+	fprintf(f, "]}\n");
+}
+
+/* live_read() - a consistent copy of the statistics of @pid. Return: 0; -ENOENT none; -EAGAIN busy. */
+int live_read(int pid, struct live_stats *out)
+{
+	char path[64];
+	int fd, ret;
+
+	snprintf(path, sizeof(path), LIVE_PATH_FMT, pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -ENOENT;
+	const struct live_stats *shm = mmap(NULL, sizeof(*shm), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (shm == MAP_FAILED)
+		return -ENOENT;
+	ret = shm->magic == LIVE_MAGIC ? snapshot(shm, out) : -ENOENT;
+	munmap((void *)shm, sizeof(*shm));
+	return ret;
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	bool watch = false, json = false;
+	int pid = 0;
+	char path[64];
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--watch"))
+			watch = true;
+		else if (!strcmp(argv[i], "--json"))
+			json = true;
+		else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			puts("usage: uswap stat PID [--watch] [--json]");
+			return 0;
+		} else if (!pid && atoi(argv[i]) > 0)
+			pid = atoi(argv[i]);
+		else
+			return cli_usage_error("stat: unexpected \"%s\" (usage: uswap stat PID [--watch] [--json])",
+					       argv[i]);
+	}
+	if (!pid)
+		return cli_usage_error("stat: which PID?");
+	snprintf(path, sizeof(path), LIVE_PATH_FMT, pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "uswap: stat: no statistics for pid %d (%s): is it running under `uswap run`?\n", pid,
+			strerror(errno));
+		return 1;
+	}
+	const struct live_stats *shm = mmap(NULL, sizeof(*shm), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (shm == MAP_FAILED || shm->magic != LIVE_MAGIC) {
+		fprintf(stderr, "uswap: stat: %s is not a uswap statistics file\n", path);
+		return 1;
+	}
+	for (;;) {
+		struct live_stats l;
+
+		if (snapshot(shm, &l)) {
+			fprintf(stderr, "uswap: stat: the statistics kept changing; try again\n");
+			return 1;
+		}
+		if (watch && !json)
+			fputs("\033[H\033[2J", stdout);
+		if (json)
+			live_print_json(stdout, &l);
+		else
+			print_text(&l);
+		fflush(stdout);
+		if (!watch || l.exited || kill(pid, 0))
+			break;
+		sleep(1);
+	}
+	return 0;
+}

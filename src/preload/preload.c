@@ -1,0 +1,467 @@
+/*
+ * preload.c - LD_PRELOAD library of `uswap run`: puts a program's anonymous memory under one uswap_mm
+ * instance configured from the environment (USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_HEAP,
+ * USWAP_STATS_JSON, USWAP_MIN_MAP); without USWAP_LIMIT it does nothing.
+ *
+ * What is managed:
+ *  - the malloc family, glibc's main arena included: it is served by mimalloc from one big reservation
+ *    (USWAP_HEAP, default 64 GiB of address space) registered with the instance. glibc's own malloc
+ *    calls brk and mmap through internal symbols that cannot be interposed, so it is replaced rather
+ *    than watched. Memory malloc'd before the instance existed stays glibc's and is freed there.
+ *  - anonymous private read-write mmaps of USWAP_MIN_MAP bytes or more (128 KiB), registered as they
+ *    are made; munmap, mremap and madvise of them reach the instance as userfaultfd events.
+ * The library's own memory never is: its threads (created while the instance starts) and every call
+ * made from here carry a thread-local mark, and under the mark malloc is glibc's and mmap is plain.
+ * A fork child keeps plain copies (the instance brings every page in before fork) and stays unmanaged;
+ * a program that execs starts its own instance from the inherited environment.
+ * Live statistics: /dev/shm/uswap.PID (see util/live.h), for `uswap stat`.
+ */
+/* Our mmap and mmap64 are two symbols: the header must not rename one into the other. */
+#undef _FILE_OFFSET_BITS
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mimalloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "uswap.h"
+#include "util/live.h"
+
+#define DEFAULT_TIERS "same,zpool:lz4,file"
+#define DEFAULT_HEAP (64ull << 30)
+#define DEFAULT_MIN_MAP (128u << 10)
+#define ARENA_ALIGN (64ull << 20)
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+
+static struct uswap_mm *g_mm;
+static pid_t g_pid;
+static atomic_bool g_managing;     /* mmaps are registered (this process, instance up) */
+static atomic_bool g_heap;         /* malloc goes to the arena */
+static uintptr_t g_arena, g_arena_end;
+static size_t g_min_map = DEFAULT_MIN_MAP;
+static __thread int t_internal;    /* a library thread, or a call from here */
+
+static struct live_stats *g_live;
+static pthread_t g_live_thread;
+static char g_stats_json[4096];
+static char g_tiers[256];
+
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+typedef size_t (*usable_fn)(void *);
+static mmap_fn real_mmap;
+static pthread_create_fn real_pthread_create;
+static usable_fn real_usable_size;
+
+static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (real_mmap)
+		return real_mmap(addr, len, prot, flags, fd, off);
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+static inline bool in_arena(const void *p)
+{
+	return (uintptr_t)p >= g_arena && (uintptr_t)p < g_arena_end;
+}
+
+static inline bool use_heap(void)
+{
+	return atomic_load_explicit(&g_heap, memory_order_relaxed) && !t_internal;
+}
+
+/* ---- the malloc family ---- */
+
+void *malloc(size_t n)
+{
+	return use_heap() ? mi_malloc(n) : __libc_malloc(n);
+}
+
+void *calloc(size_t a, size_t b)
+{
+	return use_heap() ? mi_calloc(a, b) : __libc_calloc(a, b);
+}
+
+void free(void *p)
+{
+	if (!p)
+		return;
+	if (in_arena(p))
+		mi_free(p);
+	else
+		__libc_free(p);
+}
+
+static size_t libc_usable(void *p)
+{
+	if (!real_usable_size)
+		real_usable_size = (usable_fn)dlsym(RTLD_NEXT, "malloc_usable_size");
+	return real_usable_size ? real_usable_size(p) : 0;
+}
+
+void *realloc(void *p, size_t n)
+{
+	if (!p)
+		return malloc(n);
+	if (in_arena(p))
+		return mi_realloc(p, n);
+	if (!use_heap())
+		return __libc_realloc(p, n);
+	/* a block from before the arena: it moves into it */
+	void *q = mi_malloc(n);
+	size_t old = libc_usable(p);
+
+	if (!q)
+		return NULL;
+	memcpy(q, p, old < n ? old : n);
+	__libc_free(p);
+	return q;
+}
+
+void *memalign(size_t align, size_t n)
+{
+	return use_heap() ? mi_malloc_aligned(n, align) : __libc_memalign(align, n);
+}
+
+void *aligned_alloc(size_t align, size_t n)
+{
+	return memalign(align, n);
+}
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+	void *p;
+
+	if (align < sizeof(void *) || (align & (align - 1)))
+		return EINVAL;
+	p = memalign(align, n);
+	if (!p && n)
+		return ENOMEM;
+	*out = p;
+	return 0;
+}
+
+void *valloc(size_t n)
+{
+	return memalign(4096, n);
+}
+
+void *pvalloc(size_t n)
+{
+	return memalign(4096, (n + 4095) & ~(size_t)4095);
+}
+
+size_t malloc_usable_size(void *p)
+{
+	if (!p)
+		return 0;
+	return in_arena(p) ? mi_usable_size(p) : libc_usable(p);
+}
+
+/* ---- mappings ---- */
+
+static bool worth_managing(size_t len, int prot, int flags, int fd)
+{
+	return fd == -1 && (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE &&
+	       !(flags & (MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB)) && (prot & (PROT_READ | PROT_WRITE)) ==
+	       (PROT_READ | PROT_WRITE) && !(prot & PROT_EXEC) && len >= g_min_map;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	void *p = sys_mmap(addr, len, prot, flags, fd, off);
+
+	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) &&
+	    worth_managing(len, prot, flags, fd) && getpid() == g_pid) {
+		t_internal++;
+		uswap_register(g_mm, p, (len + 4095) & ~(size_t)4095, 0); /* refused: stays plain memory */
+		t_internal--;
+	}
+	return p;
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+	return mmap(addr, len, prot, flags, fd, (off_t)off);
+}
+
+/* ---- threads the library starts carry the mark ---- */
+
+struct tramp {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void *tramp_main(void *p)
+{
+	struct tramp t = *(struct tramp *)p;
+
+	__libc_free(p);
+	t_internal = 1;
+	return t.fn(t.arg);
+}
+
+int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	if (!real_pthread_create)
+		real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	if (!t_internal)
+		return real_pthread_create(th, attr, fn, arg);
+	struct tramp *t = __libc_malloc(sizeof(*t));
+
+	if (!t)
+		return EAGAIN;
+	t->fn = fn;
+	t->arg = arg;
+	int ret = real_pthread_create(th, attr, tramp_main, t);
+	if (ret)
+		__libc_free(t);
+	return ret;
+}
+
+/* ---- statistics ---- */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void live_update(void)
+{
+	struct uswap_mm_stats ms;
+	struct uswap_stats ss;
+
+	uswap_mm_stats(g_mm, &ms);
+	uswap_stats(uswap_mm_swap(g_mm), &ss);
+	g_live->seq++;
+	atomic_thread_fence(memory_order_release);
+	g_live->mm = ms;
+	g_live->swap = ss;
+	g_live->updated_ns = now_ns();
+	atomic_thread_fence(memory_order_release);
+	g_live->seq++;
+}
+
+static void *live_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct timespec ts = { 0, LIVE_PERIOD_MS * 1000000L };
+
+		if (getpid() != g_pid)
+			return NULL;
+		live_update();
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static void live_start(void)
+{
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_pid);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return;
+	if (ftruncate(fd, sizeof(struct live_stats))) {
+		close(fd);
+		unlink(path);
+		return;
+	}
+	g_live = sys_mmap(NULL, sizeof(struct live_stats), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (g_live == MAP_FAILED) {
+		g_live = NULL;
+		unlink(path);
+		return;
+	}
+	g_live->magic = LIVE_MAGIC;
+	g_live->pid = (int32_t)g_pid;
+	g_live->started_ns = now_ns();
+	snprintf(g_live->tiers, sizeof(g_live->tiers), "%s", g_tiers);
+	live_update();
+	if (pthread_create(&g_live_thread, NULL, live_main, NULL) == 0)
+		pthread_detach(g_live_thread);
+}
+
+static void json_u64(FILE *f, const char *k, uint64_t v, bool comma)
+{
+	fprintf(f, "\"%s\":%llu%s", k, (unsigned long long)v, comma ? "," : "");
+}
+
+static void write_stats_json(void)
+{
+	struct uswap_mm_stats ms;
+	struct uswap_stats ss;
+	FILE *f;
+
+	if (!g_stats_json[0])
+		return;
+	f = fopen(g_stats_json, "w");
+	if (!f) {
+		fprintf(stderr, "uswap: cannot write %s: %s\n", g_stats_json, strerror(errno));
+		return;
+	}
+	uswap_mm_stats(g_mm, &ms);
+	uswap_stats(uswap_mm_swap(g_mm), &ss);
+	fprintf(f, "{\"pid\":%d,\"tiers\":\"%s\",", (int)g_pid, g_tiers);
+	json_u64(f, "limit_bytes", ms.limit_bytes, true);
+	json_u64(f, "resident_bytes", ms.resident_bytes, true);
+	json_u64(f, "swapped_bytes", ms.swapped_bytes, true);
+	json_u64(f, "regions", ms.regions, true);
+	json_u64(f, "region_bytes", ms.region_bytes, true);
+	json_u64(f, "zero_fills", ms.zero_fills, true);
+	json_u64(f, "swapins", ms.swapins, true);
+	json_u64(f, "swapin_pages", ms.swapin_pages, true);
+	json_u64(f, "soft_faults", ms.soft_faults, true);
+	json_u64(f, "evictions", ms.evictions, true);
+	json_u64(f, "evicted_pages", ms.evicted_pages, true);
+	json_u64(f, "clean_evictions", ms.clean_evictions, true);
+	json_u64(f, "store_failures", ms.store_failures, true);
+	json_u64(f, "load_failures", ms.load_failures, true);
+	json_u64(f, "swapin_ns_p50", ms.swapin_ns_p50, true);
+	json_u64(f, "swapin_ns_p99", ms.swapin_ns_p99, true);
+	json_u64(f, "mm_meta_bytes", ms.meta_bytes, true);
+	json_u64(f, "swap_meta_bytes", ss.meta_bytes, true);
+	fprintf(f, "\"tiers_detail\":[");
+	for (unsigned t = 0; t < ss.nr_tiers; t++) {
+		const struct uswap_tier_stats *ts = &ss.tier[t];
+
+		fprintf(f, "%s{\"spec\":\"%s\",", t ? "," : "", ts->spec);
+		json_u64(f, "pages", ts->pages, true);
+		json_u64(f, "data_bytes", ts->data_bytes, true);
+		json_u64(f, "used_bytes", ts->used_bytes, true);
+		json_u64(f, "stores", ts->stores, true);
+		json_u64(f, "loads", ts->loads, true);
+		json_u64(f, "rejects", ts->rejects, true);
+		json_u64(f, "errors", ts->errors, true);
+		json_u64(f, "writeback_in", ts->writeback_in, true);
+		json_u64(f, "writeback_out", ts->writeback_out, false);
+		fprintf(f, "}");
+	}
+	fprintf(f, "]}\n");
+	fclose(f);
+}
+
+/* ---- start and end ---- */
+
+static void fork_child(void)
+{
+	/* The instance belongs to the parent: the child's memory is plain, its mappings stay plain. */
+	atomic_store(&g_managing, false);
+	g_live = NULL;
+}
+
+static _Noreturn void fail(const char *what, int err)
+{
+	fprintf(stderr, "uswap: cannot put this program under uswap: %s: %s\n", what,
+		uswap_errmsg()[0] ? uswap_errmsg() : strerror(-err));
+	_exit(2);
+}
+
+__attribute__((constructor(101))) static void preload_init(void)
+{
+	const char *lim = getenv("USWAP_LIMIT"), *s;
+	struct uswap_mm_options o = { 0 };
+	uint64_t heap = DEFAULT_HEAP, v;
+	int ret;
+
+	if (!lim || !*lim)
+		return;
+	real_mmap = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
+	real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	t_internal = 1;
+	g_pid = getpid();
+	if (uswap_parse_size(lim, 1, &o.limit_bytes) || !o.limit_bytes)
+		fail("USWAP_LIMIT", -EINVAL);
+	s = getenv("USWAP_TIERS");
+	snprintf(g_tiers, sizeof(g_tiers), "%s", s && *s ? s : DEFAULT_TIERS);
+	o.tiers = g_tiers;
+	if ((s = getenv("USWAP_FOLIO")) && *s) {
+		if (uswap_parse_size(s, 0, &v))
+			fail("USWAP_FOLIO", -EINVAL);
+		o.folio_bytes = (size_t)v;
+	}
+	if ((s = getenv("USWAP_HEAP")) && *s && (uswap_parse_size(s, 0, &heap) || heap < ARENA_ALIGN))
+		fail("USWAP_HEAP", -EINVAL);
+	if ((s = getenv("USWAP_MIN_MAP")) && *s) {
+		if (uswap_parse_size(s, 0, &v))
+			fail("USWAP_MIN_MAP", -EINVAL);
+		g_min_map = (size_t)v;
+	}
+	/* The summary is the program's: `uswap run` names its pid, so children do not overwrite it. */
+	if ((s = getenv("USWAP_STATS_JSON")) && *s) {
+		const char *who = getenv("USWAP_STATS_PID");
+
+		if (!who || !*who || atoi(who) == (int)g_pid)
+			snprintf(g_stats_json, sizeof(g_stats_json), "%s", s);
+	}
+
+	ret = uswap_mm_create(&g_mm, &o);
+	if (ret)
+		fail("starting the instance", ret);
+
+	/* The heap: one aligned reservation, registered, then handed to mimalloc as its only memory. */
+	heap = (heap + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	unsigned char *raw = sys_mmap(NULL, heap + ARENA_ALIGN, PROT_READ | PROT_WRITE,
+				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (raw == MAP_FAILED)
+		fail("reserving the heap", -errno);
+	uintptr_t base = ((uintptr_t)raw + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1);
+	if (base > (uintptr_t)raw)
+		munmap(raw, base - (uintptr_t)raw);
+	munmap((void *)(base + heap), (uintptr_t)raw + heap + ARENA_ALIGN - (base + heap));
+	ret = uswap_register(g_mm, (void *)base, heap, 0);
+	if (ret)
+		fail("registering the heap", ret);
+	mi_option_set(mi_option_limit_os_alloc, 1);
+	if (!mi_manage_os_memory((void *)base, heap, true, false, true, -1))
+		fail("giving the heap to mimalloc", -ENOMEM);
+	g_arena = base;
+	g_arena_end = base + heap;
+	pthread_atfork(NULL, NULL, fork_child);
+	live_start();
+	atomic_store(&g_heap, true);
+	atomic_store(&g_managing, true);
+	t_internal = 0;
+}
+
+__attribute__((destructor)) static void preload_fini(void)
+{
+	char path[64];
+
+	if (!g_mm || getpid() != g_pid)
+		return;
+	t_internal = 1;
+	write_stats_json();
+	if (g_live) {
+		live_update();
+		g_live->exited = 1;
+	}
+	/* `uswap run` reads the last figures after we are gone, and removes the file itself. */
+	const char *keep = getenv("USWAP_LIVE_KEEP");
+	if (!keep || atoi(keep) != (int)g_pid) {
+		snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_pid);
+		unlink(path);
+	}
+	/* The instance stays: other destructors may still use the program's memory; exit takes it all. */
+}

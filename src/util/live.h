@@ -1,0 +1,29 @@
+/*
+ * live.h - the live statistics a program under `uswap run` publishes and `uswap stat PID` reads: one
+ * shared file /dev/shm/uswap.PID (mode 0600), rewritten in place by the preload library every
+ * LIVE_PERIOD_MS. A reader copies it and retries while @seq is odd or changed (a seqlock).
+ */
+#ifndef USWAP_UTIL_LIVE_H
+#define USWAP_UTIL_LIVE_H
+
+#include <stdint.h>
+
+#include "uswap.h"
+
+#define LIVE_MAGIC 0x7573776170737431ull /* "uswapst1" */
+#define LIVE_PERIOD_MS 200
+#define LIVE_PATH_FMT "/dev/shm/uswap.%d"
+
+struct live_stats {
+	uint64_t magic;
+	volatile uint64_t seq; /* odd while being written */
+	int32_t pid;
+	uint32_t exited;
+	uint64_t updated_ns;    /* CLOCK_REALTIME */
+	uint64_t started_ns;
+	char tiers[256];
+	struct uswap_mm_stats mm;
+	struct uswap_stats swap;
+};
+
+#endif

@@ -1,0 +1,327 @@
+/*
+ * test_run.c - `uswap run` with real programs from Debian's packages: each runs once plainly and once
+ * under a limit well below what it uses, and the two outputs must be identical; the summary written
+ * with --stats-json must show that pages really went through the swap layer. Also: a program that
+ * forks and execs, a multithreaded one, exit status and death by signal passed through, bad options.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
+static char uswap_bin[512], tmpdir[256];
+
+/* Run @argv with stdout to @out (NULL: /dev/null) and stderr to @err (NULL: inherited). Return: wait status. */
+static int run(char *const argv[], const char *out, const char *err)
+{
+	pid_t pid = fork();
+	int st = -1;
+
+	if (pid == 0) {
+		int fd = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 1);
+		if (err) {
+			int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+			dup2(efd, 2);
+		}
+		execv(argv[0], argv);
+		_exit(126);
+	}
+	waitpid(pid, &st, 0);
+	return st;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+
+	*len = 0;
+	if (!f)
+		return NULL;
+	for (;;) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 65536;
+			buf = realloc(buf, cap + 1);
+		}
+		size_t r = fread(buf + n, 1, cap - n, f);
+		if (!r)
+			break;
+		n += r;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+static long long json_num(const char *json, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = json ? strstr(json, pat) : NULL;
+	return p ? atoll(p + strlen(pat)) : -1;
+}
+
+/* The same command plainly and under `uswap run --limit LIMIT`: same exit status, same output. */
+static void same_output(const char *limit, char *const cmd[], bool expect_swapping)
+{
+	char plain_out[300], under_out[300], stats[300], *argv[32];
+	int n = 0, st_plain, st_under;
+
+	snprintf(plain_out, sizeof(plain_out), "%s/plain.out", tmpdir);
+	snprintf(under_out, sizeof(under_out), "%s/under.out", tmpdir);
+	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
+	unlink(stats);
+	st_plain = run(cmd, plain_out, NULL);
+	argv[n++] = uswap_bin;
+	argv[n++] = "run";
+	argv[n++] = "--limit";
+	argv[n++] = (char *)limit;
+	argv[n++] = "--stats-json";
+	argv[n++] = stats;
+	argv[n++] = "--";
+	for (int i = 0; cmd[i] && n < 31; i++)
+		argv[n++] = cmd[i];
+	argv[n] = NULL;
+	st_under = run(argv, under_out, NULL);
+	CHECK_EQ(st_under, st_plain);
+	CHECK(WIFEXITED(st_plain) && WEXITSTATUS(st_plain) == 0);
+
+	size_t la, lb;
+	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb);
+	CHECK(a && b && la > 0);
+	CHECK_EQ(lb, la);
+	if (a && b && la == lb)
+		CHECK_MEM(b, a, la);
+	free(a);
+	free(b);
+
+	size_t ls;
+	char *js = slurp(stats, &ls);
+	CHECK(js != NULL);
+	if (expect_swapping) {
+		if (json_num(js, "evicted_pages") <= 0 || json_num(js, "swapins") <= 0)
+			fprintf(stderr, "[%s] no swapping seen: %s\n", check_test, js ? js : "(no stats)");
+		CHECK(json_num(js, "evicted_pages") > 0);
+		CHECK(json_num(js, "swapins") > 0);
+		CHECK_EQ(json_num(js, "load_failures"), 0);
+	}
+	free(js);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	CHECK(f != NULL);
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+/* python3 building a dict of ~180 MB under 48 MB, with a checksum of every value. */
+static void python_dict(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/dict.py", tmpdir);
+	write_file(script, "import hashlib, sys\n"
+			   "n = int(sys.argv[1])\n"
+			   "d = {}\n"
+			   "for i in range(n):\n"
+			   "    d[i] = ('value-%d' % (i * 7919)) * 3\n"
+			   "h = hashlib.sha256()\n"
+			   "for k in range(n):\n"
+			   "    h.update(d[k].encode())\n"
+			   "print(len(d), h.hexdigest())\n");
+	char *cmd[] = { "/usr/bin/python3", script, "1000000", NULL };
+	same_output("48M", cmd, true);
+}
+
+/* GNU sort of a 40 MB file, in memory (-S), under 16 MB. */
+static void sort_file(void)
+{
+	char in[300];
+	FILE *f;
+
+	snprintf(in, sizeof(in), "%s/sort.in", tmpdir);
+	f = fopen(in, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	for (unsigned i = 0; i < 1500000; i++)
+		fprintf(f, "%08u line %u %s\n", (unsigned)(seed_for(i) % 100000000u), i, i % 3 ? "abc" : "xyzzy");
+	fclose(f);
+	char *cmd[] = { "/usr/bin/sort", "-S", "300M", "--parallel=2", in, NULL };
+	same_output("16M", cmd, true);
+}
+
+/* A shell that forks (command substitution) and execs python3 and sort: children start clean. */
+static void fork_and_exec(void)
+{
+	char *cmd[] = { "/bin/sh", "-c",
+			"x=$(/usr/bin/python3 -c 'print(sum(i*i for i in range(10**6)))'); echo \"$x\"; "
+			"seq 1 200000 | sort -r | head -3; /usr/bin/python3 -c 'import os, sys; sys.stdout.flush(); p = os.fork(); "
+			"print(\"child\") if p == 0 else (os.waitpid(p, 0), print(\"parent\"))'",
+			NULL };
+	same_output("32M", cmd, false);
+}
+
+/* Four python threads building and hashing their own lists. */
+static void threads(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/threads.py", tmpdir);
+	write_file(script, "import threading, hashlib\n"
+			   "out = [None] * 4\n"
+			   "def work(t):\n"
+			   "    l = [('%d-%d' % (t, i)) * 4 for i in range(300000)]\n"
+			   "    out[t] = hashlib.sha256(''.join(l).encode()).hexdigest()\n"
+			   "th = [threading.Thread(target=work, args=(t,)) for t in range(4)]\n"
+			   "[x.start() for x in th]\n"
+			   "[x.join() for x in th]\n"
+			   "print(out)\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("32M", cmd, false);
+}
+
+static void status_and_signals_pass_through(void)
+{
+	char *exit7[] = { uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "exit 7", NULL };
+	char *term[] = { uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "kill -TERM $$", NULL };
+	int st;
+
+	st = run(exit7, NULL, NULL);
+	CHECK(WIFEXITED(st));
+	CHECK_EQ(WEXITSTATUS(st), 7);
+	st = run(term, NULL, NULL);
+	CHECK(WIFSIGNALED(st));
+	CHECK_EQ(WTERMSIG(st), SIGTERM);
+}
+
+/* Bad options: exit status 2 and a message naming the problem, before the program runs. */
+static void bad_options(void)
+{
+	static const struct {
+		const char *args[8];
+		int status;
+		const char *says;
+	} cases[] = {
+		{ { "--limit", "1X", "--", "/bin/true" }, 2, "--limit" },
+		{ { "--limit", "64M", "--tiers", "bogus", "--", "/bin/true" }, 2, "bogus" },
+		{ { "--limit", "64M", "--folio", "3K", "--", "/bin/true" }, 2, "--folio" },
+		{ { "--limit", "64M", "--colour", "red", "--", "/bin/true" }, 2, "--colour" },
+		{ { "--", "/bin/true" }, 2, "--limit" },
+		{ { "--limit", "64M" }, 2, "PROGRAM" },
+		{ { "--limit", "64M", "--", "no-such-program-here" }, 127, "not found" },
+	};
+	char err[300], marker[300];
+
+	snprintf(err, sizeof(err), "%s/err.txt", tmpdir);
+	snprintf(marker, sizeof(marker), "%s/ran", tmpdir);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		char *argv[16];
+		int n = 0;
+
+		argv[n++] = uswap_bin;
+		argv[n++] = "run";
+		for (int i = 0; i < 8 && cases[c].args[i]; i++)
+			argv[n++] = (char *)cases[c].args[i];
+		argv[n] = NULL;
+		int st = run(argv, NULL, err);
+		size_t len;
+		char *msg = slurp(err, &len);
+
+		CHECK(WIFEXITED(st));
+		CHECK_EQ(WEXITSTATUS(st), cases[c].status);
+		if (!msg || !strstr(msg, cases[c].says)) {
+			fprintf(stderr, "[%s] case %zu: message \"%s\" does not say \"%s\"\n", check_test, c,
+				msg ? msg : "", cases[c].says);
+			CHECK(0);
+		}
+		free(msg);
+	}
+}
+
+/* A static binary cannot take the preload library: a clear message, not a hang or a silent run. */
+static void static_binary_refused(void)
+{
+	char src[300], bin[300], cc[800];
+
+	snprintf(src, sizeof(src), "%s/s.c", tmpdir);
+	snprintf(bin, sizeof(bin), "%s/static-prog", tmpdir);
+	write_file(src, "int main(void) { return 0; }\n");
+	snprintf(cc, sizeof(cc), "cc -static -o %s %s 2>/dev/null", bin, src);
+	if (system(cc) != 0) {
+		printf("  (no static libc to build a static program: case skipped)\n");
+		return;
+	}
+	char err[300];
+	snprintf(err, sizeof(err), "%s/err.txt", tmpdir);
+	char *argv[] = { uswap_bin, "run", "--limit", "16M", "--", bin, NULL };
+	int st = run(argv, NULL, err);
+	size_t len;
+	char *msg = slurp(err, &len);
+
+	CHECK(WIFEXITED(st));
+	CHECK_EQ(WEXITSTATUS(st), 2);
+	CHECK(msg && strstr(msg, "statically linked"));
+	free(msg);
+}
+
+static void setup(void) __attribute__((constructor));
+static void setup(void)
+{
+	const char *build = getenv("BUILD");
+
+	snprintf(uswap_bin, sizeof(uswap_bin), "%s/uswap", build && *build ? build : "build");
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/uswap-run-test.XXXXXX");
+}
+
+static int cleanup_dir(void)
+{
+	char cmd[400];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	return system(cmd);
+}
+
+static const struct test tests[] = {
+	T(bad_options), T(status_and_signals_pass_through), T(static_binary_refused), T(python_dict),
+	T(sort_file), T(fork_and_exec), T(threads),
+};
+
+int main(int argc, char **argv)
+{
+	if (SANITIZED)
+		check_skip("a sanitizer build's preload library cannot go into uninstrumented programs");
+	if (access(uswap_bin, X_OK))
+		check_skip("no uswap binary in $BUILD");
+	if (access("/usr/bin/python3", X_OK) || access("/usr/bin/sort", X_OK))
+		check_skip("python3 or sort missing (scripts/deps.sh installs them)");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	int ret = check_run(tests, sizeof(tests) / sizeof(tests[0]), argc, argv);
+	cleanup_dir();
+	return ret;
+}
