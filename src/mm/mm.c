@@ -166,10 +166,18 @@ static void fork_parent(void)
 /* The child's memory is plain now; its copies of our fds would keep the parent's uffds alive. */
 static void fork_child(void)
 {
+	/*
+	 * A child of a child finds the fds already closed (-1): their numbers may have been reused by
+	 * then (a shell's pipes), and must not be closed again.
+	 */
 	for (struct uswap_mm *m = mm_list; m; m = m->next_mm) {
-		close(m->uffd);
-		close(m->uffd_shadow);
-		close(m->stop_fd);
+		if (m->uffd >= 0)
+			close(m->uffd);
+		if (m->uffd_shadow >= 0)
+			close(m->uffd_shadow);
+		if (m->stop_fd >= 0)
+			close(m->stop_fd);
+		m->uffd = m->uffd_shadow = m->stop_fd = -1;
 	}
 	pthread_mutex_unlock(&mm_list_lock);
 }

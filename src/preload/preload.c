@@ -5,7 +5,7 @@
  *
  * What is managed:
  *  - the malloc family, glibc's main arena included: it is served by mimalloc from one big reservation
- *    (USWAP_HEAP, default 64 GiB of address space) registered with the instance. glibc's own malloc
+ *    (USWAP_HEAP, default 64 GiB of address space) registered with the instance in doubling chunks. glibc's own malloc
  *    calls brk and mmap through internal symbols that cannot be interposed, so it is replaced rather
  *    than watched. Memory malloc'd before the instance existed stays glibc's and is freed there.
  *  - anonymous private read-write mmaps of USWAP_MIN_MAP bytes or more (128 KiB), registered as they
@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,37 @@ static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
+/*
+ * The arena is one reservation of USWAP_HEAP bytes, registered and handed to mimalloc in chunks that
+ * double (1 GiB first): registering costs time in proportion to the range, and most programs are small.
+ */
+#define FIRST_CHUNK (1ull << 30)
+static uint64_t g_managed; /* bytes of the arena registered and managed so far */
+static pthread_mutex_t g_grow_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool grow_arena(size_t need)
+{
+	bool grown = false;
+
+	t_internal++;
+	pthread_mutex_lock(&g_grow_lock);
+	uint64_t total = g_arena_end - g_arena, chunk = g_managed ? g_managed : FIRST_CHUNK;
+
+	while (chunk < need + ARENA_ALIGN)
+		chunk *= 2;
+	if (chunk > total - g_managed)
+		chunk = total - g_managed;
+	if (chunk >= ARENA_ALIGN && getpid() == g_pid &&
+	    !uswap_register(g_mm, (void *)(g_arena + g_managed), chunk, 0) &&
+	    mi_manage_os_memory((void *)(g_arena + g_managed), chunk, true, false, true, -1)) {
+		g_managed += chunk;
+		grown = true;
+	}
+	pthread_mutex_unlock(&g_grow_lock);
+	t_internal--;
+	return grown;
+}
+
 static inline bool in_arena(const void *p)
 {
 	return (uintptr_t)p >= g_arena && (uintptr_t)p < g_arena_end;
@@ -88,12 +120,26 @@ static inline bool use_heap(void)
 
 void *malloc(size_t n)
 {
-	return use_heap() ? mi_malloc(n) : __libc_malloc(n);
+	void *p;
+
+	if (!use_heap())
+		return __libc_malloc(n);
+	p = mi_malloc(n);
+	if (!p && grow_arena(n))
+		p = mi_malloc(n);
+	return p;
 }
 
 void *calloc(size_t a, size_t b)
 {
-	return use_heap() ? mi_calloc(a, b) : __libc_calloc(a, b);
+	void *p;
+
+	if (!use_heap())
+		return __libc_calloc(a, b);
+	p = mi_calloc(a, b);
+	if (!p && b && a <= SIZE_MAX / b && grow_arena(a * b))
+		p = mi_calloc(a, b);
+	return p;
 }
 
 void free(void *p)
@@ -117,12 +163,17 @@ void *realloc(void *p, size_t n)
 {
 	if (!p)
 		return malloc(n);
-	if (in_arena(p))
-		return mi_realloc(p, n);
+	if (in_arena(p)) {
+		void *q = mi_realloc(p, n);
+
+		if (!q && n && grow_arena(n))
+			q = mi_realloc(p, n);
+		return q;
+	}
 	if (!use_heap())
 		return __libc_realloc(p, n);
 	/* a block from before the arena: it moves into it */
-	void *q = mi_malloc(n);
+	void *q = malloc(n);
 	size_t old = libc_usable(p);
 
 	if (!q)
@@ -134,7 +185,14 @@ void *realloc(void *p, size_t n)
 
 void *memalign(size_t align, size_t n)
 {
-	return use_heap() ? mi_malloc_aligned(n, align) : __libc_memalign(align, n);
+	void *p;
+
+	if (!use_heap())
+		return __libc_memalign(align, n);
+	p = mi_malloc_aligned(n, align);
+	if (!p && grow_arena(n + align))
+		p = mi_malloc_aligned(n, align);
+	return p;
 }
 
 void *aligned_alloc(size_t align, size_t n)
@@ -430,14 +488,11 @@ __attribute__((constructor(101))) static void preload_init(void)
 	if (base > (uintptr_t)raw)
 		munmap(raw, base - (uintptr_t)raw);
 	munmap((void *)(base + heap), (uintptr_t)raw + heap + ARENA_ALIGN - (base + heap));
-	ret = uswap_register(g_mm, (void *)base, heap, 0);
-	if (ret)
-		fail("registering the heap", ret);
 	mi_option_set(mi_option_limit_os_alloc, 1);
-	if (!mi_manage_os_memory((void *)base, heap, true, false, true, -1))
-		fail("giving the heap to mimalloc", -ENOMEM);
 	g_arena = base;
 	g_arena_end = base + heap;
+	if (!grow_arena(0))
+		fail("registering the heap", -ENOMEM);
 	pthread_atfork(NULL, NULL, fork_child);
 	live_start();
 	atomic_store(&g_heap, true);
