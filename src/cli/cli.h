@@ -11,6 +11,7 @@ int cmd_stat(int argc, char **argv);
 struct live_stats;
 #include <stdio.h>
 void live_print_json(FILE *f, const struct live_stats *l);
+void live_print_text(FILE *f, const struct live_stats *l);
 int live_read(int pid, struct live_stats *out);
 int bench_core(int argc, char **argv);
 int bench_remote(int argc, char **argv);

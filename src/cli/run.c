@@ -28,12 +28,13 @@
 #include "uswap.h"
 
 static const char run_usage[] =
-	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
+	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--stats] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
 	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required)\n"
 	"  --tiers SPEC       tier stack (default: same, a compressed pool of a quarter of the limit,\n"
 	"                     an unnamed swap file); see uswap(1)\n"
 	"  --folio SIZE       unit of eviction and swap-in, 4K..2M, a power of two (default 4K)\n"
-	"  --stats-json FILE  write a summary of the run to FILE when the program exits\n"
+	"  --stats            print a summary to stderr when the program exits\n"
+	"  --stats-json FILE  write the summary to FILE as JSON\n"
 	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_STATS_JSON.\n";
 
 /* The preload library: next to this binary (build tree), else in ../lib of it (installed). */
@@ -179,7 +180,7 @@ static void sweep_stale_live_files(void)
 	closedir(d);
 }
 
-static int run_and_wait(const char *prog, char *const argv[], const char *stats)
+static int run_and_wait(const char *prog, char *const argv[], const char *stats, bool summary)
 {
 	struct sigaction sa = { .sa_handler = forward }, ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
 	struct live_stats last;
@@ -221,6 +222,10 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats)
 			fclose(f);
 		}
 	}
+	if (summary && have) {
+		fputs("uswap: ", stderr);
+		live_print_text(stderr, &last);
+	}
 	char path[64];
 	snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_child);
 	unlink(path);
@@ -242,6 +247,7 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats)
 int cmd_run(int argc, char **argv)
 {
 	const char *limit = NULL, *tiers = NULL, *folio = NULL, *stats = NULL;
+	bool summary = false;
 	uint64_t limit_bytes = 0, folio_bytes = 0;
 	char tiers_buf[256], preload[PATH_MAX], prog[PATH_MAX], num[32];
 	int i;
@@ -259,6 +265,10 @@ int cmd_run(int argc, char **argv)
 		}
 		if (a[0] != '-')
 			break; /* PROGRAM without "--" */
+		if (!strcmp(a, "--stats")) {
+			summary = true;
+			continue;
+		}
 		if (!v)
 			return cli_usage_error("run: option %s needs a value\n%s", a, run_usage);
 		if (!strcmp(a, "--limit"))
@@ -335,5 +345,5 @@ int cmd_run(int argc, char **argv)
 	} else {
 		setenv("LD_PRELOAD", preload, 1);
 	}
-	return run_and_wait(prog, argv + i, stats);
+	return run_and_wait(prog, argv + i, stats, summary);
 }

@@ -36,34 +36,34 @@ static double mib(uint64_t b)
 	return (double)b / 1048576.0;
 }
 
-static void print_text(const struct live_stats *l)
+void live_print_text(FILE *f, const struct live_stats *l)
 {
 	const struct uswap_mm_stats *m = &l->mm;
 	const struct uswap_stats *s = &l->swap;
 
-	printf("pid %d%s  tiers %s\n", l->pid, l->exited ? " (exited)" : "", l->tiers);
-	printf("  resident %.1f MiB of %.1f MiB limit (inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n",
+	fprintf(f, "pid %d%s  tiers %s\n", l->pid, l->exited ? " (exited)" : "", l->tiers);
+	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n",
 	       mib(m->resident_bytes), mib(m->limit_bytes), mib(m->inactive_bytes), mib(m->swapped_bytes),
 	       (unsigned long long)m->regions, mib(m->region_bytes));
-	printf("  swap-ins %llu (%llu pages), p50 %.1f us, p99 %.1f us; soft faults %llu; evictions %llu "
+	fprintf(f, "  swap-ins %llu (%llu pages), p50 %.1f us, p99 %.1f us; soft faults %llu; evictions %llu "
 	       "(%llu pages, %llu clean); store failures %llu, load failures %llu\n",
 	       (unsigned long long)m->swapins, (unsigned long long)m->swapin_pages, m->swapin_ns_p50 / 1e3,
 	       m->swapin_ns_p99 / 1e3, (unsigned long long)m->soft_faults, (unsigned long long)m->evictions,
 	       (unsigned long long)m->evicted_pages, (unsigned long long)m->clean_evictions,
 	       (unsigned long long)m->store_failures, (unsigned long long)m->load_failures);
-	printf("  %-28s %10s %10s %10s %6s %10s %10s %9s %9s %7s\n", "tier", "pages", "data MiB", "used MiB",
+	fprintf(f, "  %-28s %10s %10s %10s %6s %10s %10s %9s %9s %7s\n", "tier", "pages", "data MiB", "used MiB",
 	       "ratio", "stores", "loads", "wb in", "wb out", "errors");
 	for (unsigned t = 0; t < s->nr_tiers; t++) {
 		const struct uswap_tier_stats *ts = &s->tier[t];
 		double ratio = ts->data_bytes ? (double)ts->pages * 4096.0 / (double)ts->data_bytes : 0;
 
-		printf("  %-28.28s %10llu %10.1f %10.1f %6.2f %10llu %10llu %9llu %9llu %7llu\n", ts->spec,
+		fprintf(f, "  %-28.28s %10llu %10.1f %10.1f %6.2f %10llu %10llu %9llu %9llu %7llu\n", ts->spec,
 		       (unsigned long long)ts->pages, mib(ts->data_bytes), mib(ts->used_bytes), ratio,
 		       (unsigned long long)ts->stores, (unsigned long long)ts->loads,
 		       (unsigned long long)ts->writeback_in, (unsigned long long)ts->writeback_out,
 		       (unsigned long long)ts->errors);
 	}
-	printf("  metadata: swap layer %.2f MiB, mm %.2f MiB\n", mib(s->meta_bytes), mib(m->meta_bytes));
+	fprintf(f, "  metadata: swap layer %.2f MiB, mm %.2f MiB\n", mib(s->meta_bytes), mib(m->meta_bytes));
 }
 
 void live_print_json(FILE *f, const struct live_stats *l)
@@ -163,7 +163,7 @@ int cmd_stat(int argc, char **argv)
 		if (json)
 			live_print_json(stdout, &l);
 		else
-			print_text(&l);
+			live_print_text(stdout, &l);
 		fflush(stdout);
 		if (!watch || l.exited || kill(pid, 0))
 			break;
