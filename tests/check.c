@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "util/pagegen.h"
+#include "uswap.h"
 
 int check_failures;
 const char *check_test = "";
@@ -61,4 +62,26 @@ void fill_pages(void *p, size_t npages, enum page_kind kind, uint64_t seed)
 {
 	for (size_t i = 0; i < npages; i++)
 		fill_page((unsigned char *)p + i * 4096, kind, pagegen_mix(seed + i));
+}
+
+struct uswap *check_layer(const char *spec, int background)
+{
+	struct uswap_options o = { .tiers = spec, .no_background = !background };
+	struct uswap *u = NULL;
+	int ret = uswap_create_opts(&u, &o);
+
+	if (ret) {
+		fprintf(stderr, "[%s] layer \"%s\": %d %s\n", check_test, spec, ret, uswap_errmsg());
+		check_failures++;
+		return NULL;
+	}
+	return u;
+}
+
+void check_tier_stats(struct uswap *u, unsigned t, struct uswap_tier_stats *out)
+{
+	struct uswap_stats st;
+
+	uswap_stats(u, &st);
+	*out = st.tier[t];
 }

@@ -71,6 +71,14 @@ int check_run(const struct test *tests, size_t n, int argc, char **argv);
 /* Skip the whole binary (exit 77) with a reason. */
 _Noreturn void check_skip(const char *why);
 
+/* ---- layers for tests ---- */
+struct uswap;
+struct uswap_tier_stats;
+/* A layer from @spec (no background thread unless @background); a failed check and NULL if refused. */
+struct uswap *check_layer(const char *spec, int background);
+/* The statistics of tier @t of @u. */
+void check_tier_stats(struct uswap *u, unsigned t, struct uswap_tier_stats *out);
+
 /* ---- page data of every kind, reproducible from a seed ---- */
 enum page_kind { PK_ZERO, PK_SAME, PK_TEXT, PK_RANDOM, PK_MIXED };
 uint64_t seed_for(uint64_t x);

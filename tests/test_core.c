@@ -19,16 +19,7 @@
 
 static struct uswap *open_layer(const char *spec, bool background)
 {
-	struct uswap_options o = { .tiers = spec, .no_background = !background };
-	struct uswap *u = NULL;
-	int ret = uswap_create_opts(&u, &o);
-
-	if (ret) {
-		fprintf(stderr, "uswap_create_opts(\"%s\"): %d %s\n", spec, ret, uswap_errmsg());
-		CHECK_EQ(ret, 0);
-		return NULL;
-	}
-	return u;
+	return check_layer(spec, background);
 }
 
 static unsigned char *pages_alloc(size_t npages)
@@ -44,10 +35,10 @@ static unsigned char *pages_alloc(size_t npages)
 
 static struct uswap_tier_stats tier_stats(struct uswap *u, unsigned t)
 {
-	struct uswap_stats st;
+	struct uswap_tier_stats ts;
 
-	uswap_stats(u, &st);
-	return st.tier[t];
+	check_tier_stats(u, t, &ts);
+	return ts;
 }
 
 static void roundtrip_kinds_and_folios(void)

@@ -25,22 +25,15 @@ static void fill_sized(unsigned char *p, size_t k, uint64_t seed)
 
 static struct uswap *open_pool(const char *spec)
 {
-	struct uswap_options o = { .tiers = spec, .no_background = 1 };
-	struct uswap *u = NULL;
-	int ret = uswap_create_opts(&u, &o);
-
-	if (ret)
-		fprintf(stderr, "\"%s\": %s\n", spec, uswap_errmsg());
-	CHECK_EQ(ret, 0);
-	return u;
+	return check_layer(spec, 0);
 }
 
 static struct uswap_tier_stats pool_stats(struct uswap *u, unsigned t)
 {
-	struct uswap_stats st;
+	struct uswap_tier_stats ts;
 
-	uswap_stats(u, &st);
-	return st.tier[t];
+	check_tier_stats(u, t, &ts);
+	return ts;
 }
 
 static void every_size_class(void)
