@@ -401,16 +401,5 @@ static void test_mm_tier_fails(void)
 	free(sums);
 }
 
-/*
- * TSan builds: swapoff sorts a tier's pages by handle reading descriptors without their lock while
- * stores go on (core/move.c swapoff_order(): "a stale handle only costs order"). Benign by design;
- * it is core's, not this test's.
- */
-const char *__tsan_default_suppressions(void);
-const char *__tsan_default_suppressions(void)
-{
-	return "race:swapoff_order\n";
-}
-
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
 	   T(test_mm_tier_fails))

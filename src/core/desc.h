@@ -97,6 +97,30 @@ static inline bool desc_tier_bit(struct desc_table *t, uint32_t ci, unsigned tie
 	return atomic_load_explicit(&t->clusters[ci].tiers, memory_order_acquire) & (1u << tier);
 }
 
+/*
+ * The backend's 64-bit handle of a page: for a BACKEND_INLINE tier it is (handle << 32 | csum), else
+ * the 32-bit handle. Written under the descriptor lock; swapoff reads handles without it to sort a
+ * tier's pages (a stale one only costs order), hence the relaxed atomic accesses.
+ */
+static inline uint64_t desc_handle(const struct swap_desc *d, bool inline_tier)
+{
+	uint32_t h = __atomic_load_n(&d->handle, __ATOMIC_RELAXED);
+
+	return inline_tier ? (uint64_t)h << 32 | d->csum : h;
+}
+
+static inline void desc_set_handle(struct swap_desc *d, bool inline_tier, uint64_t h, uint32_t csum)
+{
+	if (inline_tier) {
+		d->csum = (uint32_t)h;
+		__atomic_store_n(&d->handle, (uint32_t)(h >> 32), __ATOMIC_RELAXED);
+	} else {
+		assert(h <= UINT32_MAX);
+		d->csum = csum;
+		__atomic_store_n(&d->handle, (uint32_t)h, __ATOMIC_RELAXED);
+	}
+}
+
 /* desc_take_tier_bit() - clear and return whether cluster @ci may hold pages of @tier (swapoff). */
 static inline bool desc_take_tier_bit(struct desc_table *t, uint32_t ci, unsigned tier)
 {

@@ -59,7 +59,7 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 		desc_unlock(d, m);
 		return 0;
 	}
-	h = src_inline ? (uint64_t)d->handle << 32 | d->csum : d->handle;
+	h = desc_handle(d, src_inline);
 	if (backend_has(src, BACKEND_PACKED)) {
 		len = backend_peek(src, id, h, u->move_buf, &fmt);
 		ret = len < 0 ? (int)len : 0;
@@ -100,14 +100,9 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 		atomic_fetch_sub(&src->nr_pages, 1);
 	else
 		backend_release(src, id, h);
-	if (backend_has(&u->tier[t], BACKEND_INLINE)) {
-		d->csum = (uint32_t)nh;
-		d->handle = (uint32_t)(nh >> 32);
-	} else {
-		if (src_inline)
-			d->csum = csum_buf(page, PAGE_SIZE);
-		d->handle = (uint32_t)nh;
-	}
+	/* a page that came from an inline tier had no checksum of its own (csum held handle bits) */
+	desc_set_handle(d, backend_has(&u->tier[t], BACKEND_INLINE), nh,
+			src_inline ? csum_buf(page, PAGE_SIZE) : d->csum);
 	atomic_fetch_add(&src->wb_out, 1);
 	atomic_fetch_add(&u->tier[t].wb_in, 1);
 	m = (m & ~DESC_TIER_MASK) | (uint32_t)t << DESC_TIER_SHIFT;
@@ -187,7 +182,7 @@ static uint64_t *swapoff_order(struct uswap *u, unsigned tier, size_t *n)
 			uint32_t m = atomic_load_explicit(&d->meta, memory_order_acquire);
 
 			if ((m & DESC_LIVE) && desc_tier(m) == tier)
-				keys[k++] = (uint64_t)d->handle << 32 | id; /* a stale handle only costs order */
+				keys[k++] = desc_handle(d, false) << 32 | id; /* a stale handle only costs order */
 		}
 	}
 	qsort(keys, k, sizeof(*keys), cmp_u64);
@@ -275,7 +270,7 @@ static size_t compact_tier(struct uswap *u, unsigned tier)
 			continue;
 		if ((m & DESC_LIVE) && desc_tier(m) == tier &&
 		    !backend_relocate(b, u->move_owners[i], d->handle, &nh)) {
-			d->handle = (uint32_t)nh;
+			desc_set_handle(d, false, nh, d->csum);
 			moved++;
 		}
 		desc_unlock(d, m);

@@ -102,23 +102,6 @@ void uswap_destroy(struct uswap *u)
 	ufree(u);
 }
 
-static inline uint64_t desc_handle(const struct swap_desc *d, bool inline_tier)
-{
-	return inline_tier ? (uint64_t)d->handle << 32 | d->csum : d->handle;
-}
-
-static inline void desc_set_handle(struct swap_desc *d, bool inline_tier, uint64_t h, uint32_t csum)
-{
-	if (inline_tier) {
-		d->csum = (uint32_t)h;
-		d->handle = (uint32_t)(h >> 32);
-	} else {
-		assert(h <= UINT32_MAX);
-		d->csum = csum;
-		d->handle = (uint32_t)h;
-	}
-}
-
 /* Meta of a live page of tier @t; keeps the version (bumped) and the folio head fields. */
 static inline uint32_t meta_live(uint32_t old, unsigned t)
 {
