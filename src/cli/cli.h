@@ -10,7 +10,6 @@ int cmd_run(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 struct live_stats;
 #include <stdio.h>
-void live_print_json(FILE *f, const struct live_stats *l);
 void live_print_text(FILE *f, const struct live_stats *l);
 int live_read(int pid, struct live_stats *out);
 int bench_core(int argc, char **argv);

@@ -361,15 +361,9 @@ static void live_start(void)
 		pthread_detach(g_live_thread);
 }
 
-static void json_u64(FILE *f, const char *k, uint64_t v, bool comma)
-{
-	fprintf(f, "\"%s\":%llu%s", k, (unsigned long long)v, comma ? "," : "");
-}
-
 static void write_stats_json(void)
 {
-	struct uswap_mm_stats ms;
-	struct uswap_stats ss;
+	struct live_stats l = { .magic = LIVE_MAGIC, .pid = (int32_t)g_pid, .exited = 1 };
 	FILE *f;
 
 	if (!g_stats_json[0])
@@ -379,44 +373,10 @@ static void write_stats_json(void)
 		fprintf(stderr, "uswap: cannot write %s: %s\n", g_stats_json, strerror(errno));
 		return;
 	}
-	uswap_mm_stats(g_mm, &ms);
-	uswap_stats(uswap_mm_swap(g_mm), &ss);
-	fprintf(f, "{\"pid\":%d,\"tiers\":\"%s\",", (int)g_pid, g_tiers);
-	json_u64(f, "limit_bytes", ms.limit_bytes, true);
-	json_u64(f, "resident_bytes", ms.resident_bytes, true);
-	json_u64(f, "swapped_bytes", ms.swapped_bytes, true);
-	json_u64(f, "regions", ms.regions, true);
-	json_u64(f, "region_bytes", ms.region_bytes, true);
-	json_u64(f, "zero_fills", ms.zero_fills, true);
-	json_u64(f, "swapins", ms.swapins, true);
-	json_u64(f, "swapin_pages", ms.swapin_pages, true);
-	json_u64(f, "soft_faults", ms.soft_faults, true);
-	json_u64(f, "evictions", ms.evictions, true);
-	json_u64(f, "evicted_pages", ms.evicted_pages, true);
-	json_u64(f, "clean_evictions", ms.clean_evictions, true);
-	json_u64(f, "store_failures", ms.store_failures, true);
-	json_u64(f, "load_failures", ms.load_failures, true);
-	json_u64(f, "swapin_ns_p50", ms.swapin_ns_p50, true);
-	json_u64(f, "swapin_ns_p99", ms.swapin_ns_p99, true);
-	json_u64(f, "mm_meta_bytes", ms.meta_bytes, true);
-	json_u64(f, "swap_meta_bytes", ss.meta_bytes, true);
-	fprintf(f, "\"tiers_detail\":[");
-	for (unsigned t = 0; t < ss.nr_tiers; t++) {
-		const struct uswap_tier_stats *ts = &ss.tier[t];
-
-		fprintf(f, "%s{\"spec\":\"%s\",", t ? "," : "", ts->spec);
-		json_u64(f, "pages", ts->pages, true);
-		json_u64(f, "data_bytes", ts->data_bytes, true);
-		json_u64(f, "used_bytes", ts->used_bytes, true);
-		json_u64(f, "stores", ts->stores, true);
-		json_u64(f, "loads", ts->loads, true);
-		json_u64(f, "rejects", ts->rejects, true);
-		json_u64(f, "errors", ts->errors, true);
-		json_u64(f, "writeback_in", ts->writeback_in, true);
-		json_u64(f, "writeback_out", ts->writeback_out, false);
-		fprintf(f, "}");
-	}
-	fprintf(f, "]}\n");
+	snprintf(l.tiers, sizeof(l.tiers), "%s", g_tiers);
+	uswap_mm_stats(g_mm, &l.mm);
+	uswap_stats(uswap_mm_swap(g_mm), &l.swap);
+	live_print_json(f, &l);
 	fclose(f);
 }
 

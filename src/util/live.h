@@ -7,6 +7,7 @@
 #define USWAP_UTIL_LIVE_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "uswap.h"
 
@@ -25,5 +26,8 @@ struct live_stats {
 	struct uswap_mm_stats mm;
 	struct uswap_stats swap;
 };
+
+/* live_print_json() - @l as one line of JSON on @f. */
+void live_print_json(FILE *f, const struct live_stats *l);
 
 #endif

@@ -1,0 +1,38 @@
+/*
+ * live.c - the summary of a run as one JSON object: what `uswap stat --json` prints, what
+ * `uswap run --stats-json` writes, and what the preload library writes for USWAP_STATS_JSON.
+ */
+#include <stdio.h>
+
+#include "util/live.h"
+
+void live_print_json(FILE *f, const struct live_stats *l)
+{
+	const struct uswap_mm_stats *m = &l->mm;
+	const struct uswap_stats *s = &l->swap;
+
+	fprintf(f, "{\"pid\":%d,\"exited\":%s,\"tiers\":\"%s\",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
+	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
+	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
+	       "\"soft_faults\":%llu,\"store_failures\":%llu,\"load_failures\":%llu,\"mm_meta_bytes\":%llu,"
+	       "\"swap_meta_bytes\":%llu,\"tier\":[",
+	       l->pid, l->exited ? "true" : "false", l->tiers, (unsigned long long)m->limit_bytes,
+	       (unsigned long long)m->resident_bytes, (unsigned long long)m->swapped_bytes,
+	       (unsigned long long)m->swapins, m->swapin_ns_p50 / 1e3, m->swapin_ns_p99 / 1e3,
+	       (unsigned long long)m->evictions, (unsigned long long)m->evicted_pages,
+	       (unsigned long long)m->clean_evictions, (unsigned long long)m->swapin_pages,
+	       (unsigned long long)m->soft_faults, (unsigned long long)m->store_failures,
+	       (unsigned long long)m->load_failures, (unsigned long long)m->meta_bytes,
+	       (unsigned long long)s->meta_bytes);
+	for (unsigned t = 0; t < s->nr_tiers; t++) {
+		const struct uswap_tier_stats *ts = &s->tier[t];
+
+		fprintf(f, "%s{\"spec\":\"%s\",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
+		       "\"loads\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,\"errors\":%llu}",
+		       t ? "," : "", ts->spec, (unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
+		       (unsigned long long)ts->used_bytes, (unsigned long long)ts->stores,
+		       (unsigned long long)ts->loads, (unsigned long long)ts->writeback_in,
+		       (unsigned long long)ts->writeback_out, (unsigned long long)ts->errors);
+	}
+	fprintf(f, "]}\n");
+}
