@@ -21,9 +21,9 @@ static int snapshot(const struct live_stats *shm, struct live_stats *out)
 	for (int tries = 0; tries < 100; tries++) {
 		uint64_t s1 = shm->seq;
 
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		__sync_synchronize(); /* a full barrier: the writer is another process */
 		memcpy(out, shm, sizeof(*out));
-		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		__sync_synchronize(); /* a full barrier: the writer is another process */
 		if (!(s1 & 1) && s1 == shm->seq)
 			return 0;
 		usleep(1000);

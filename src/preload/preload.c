@@ -309,11 +309,11 @@ static void live_update(void)
 	uswap_mm_stats(g_mm, &ms);
 	uswap_stats(uswap_mm_swap(g_mm), &ss);
 	g_live->seq++;
-	atomic_thread_fence(memory_order_release);
+	__sync_synchronize(); /* seqlock: the reader is another process */
 	g_live->mm = ms;
 	g_live->swap = ss;
 	g_live->updated_ns = now_ns();
-	atomic_thread_fence(memory_order_release);
+	__sync_synchronize(); /* seqlock: the reader is another process */
 	g_live->seq++;
 }
 
