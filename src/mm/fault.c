@@ -142,6 +142,21 @@ static int in_zero(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, 
 	return ret;
 }
 
+/*
+ * Whether a page swapped in by a read keeps its swap copy (mapped write-protected). A clean
+ * eviction (no store) scores +1, a write fault on a clean page (a wasted round trip, several times
+ * the cost of a store) scores -WP_FAULT_COST. While the score is negative, one read in
+ * WP_PROBE_EVERY still keeps its copy, so that a change of behaviour is noticed.
+ */
+#define WP_FAULT_COST  4
+#define WP_PROBE_EVERY 16
+static bool clean_pays(struct uswap_mm *m)
+{
+	if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) >= 0)
+		return true;
+	return atomic_fetch_add_explicit(&m->wp_probe, 1, memory_order_relaxed) % WP_PROBE_EVERY == 0;
+}
+
 static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t i, size_t n,
 		      bool write)
 {
@@ -158,7 +173,12 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 		poison(m, region_addr(r, i), n * MM_PAGE);
 		return 0;
 	}
-	/* A read keeps the copy and maps the pages write-protected: evicting them again is free. */
+	/*
+	 * A read keeps the copy and maps the pages write-protected: evicting them again is free, but a
+	 * later write costs a fault of its own. So keep copies only while they pay off (see clean_pays()).
+	 */
+	if (!write && !clean_pays(m))
+		write = true;
 	ret = uffd_copy(m->uffd, region_addr(r, i), stage, n * MM_PAGE, !write, false, &done);
 	dp = done / MM_PAGE;
 	if (write && dp)
@@ -330,8 +350,11 @@ static void fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
 	region_folio_pages(r, fi, &first, &end);
 	for (size_t i = first; i < end && !had; i++)
 		had = pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN);
-	if (had)
+	if (had) {
 		pages_put_copies(m, r, first, end);
+		if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) > -256)
+			atomic_fetch_sub_explicit(&m->wp_score, WP_FAULT_COST, memory_order_relaxed);
+	}
 	atomic_fetch_add(&m->c.wp_faults, 1);
 	uffd_unprotect(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
 }

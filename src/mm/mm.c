@@ -177,7 +177,11 @@ static void fork_child(void)
 			close(m->uffd_shadow);
 		if (m->stop_fd >= 0)
 			close(m->stop_fd);
-		m->uffd = m->uffd_shadow = m->stop_fd = -1;
+		if (m->pidfd >= 0)
+			close(m->pidfd);
+		if (m->pagemap_fd >= 0)
+			close(m->pagemap_fd);
+		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = -1;
 	}
 	pthread_mutex_unlock(&mm_list_lock);
 }
@@ -244,6 +248,10 @@ static void mm_free(struct uswap_mm *m)
 		close(m->uffd_shadow);
 	if (m->stop_fd > 0)
 		close(m->stop_fd);
+	if (m->pidfd >= 0)
+		close(m->pidfd);
+	if (m->pagemap_fd >= 0)
+		close(m->pagemap_fd);
 	pthread_mutex_destroy(&m->reclaim_lock);
 	pthread_mutex_destroy(&m->ev_lock);
 	pthread_mutex_destroy(&m->kick_lock);
@@ -276,6 +284,9 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->folio_shift = shift;
 	m->fault_around = fa;
 	m->uffd = m->uffd_shadow = m->stop_fd = -1;
+	/* Both are optional: without them reclaim releases and moves pages one range at a time. */
+	m->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
+	m->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	pthread_mutex_init(&m->reclaim_lock, NULL);
 	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);

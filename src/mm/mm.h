@@ -148,6 +148,8 @@ struct uswap_mm {
 	int uffd;        /* the program's ranges: MISSING | WP, events REMOVE, UNMAP, REMAP */
 	int uffd_shadow; /* shadow ranges: MISSING with SIGBUS (never touched while empty), no events */
 	int stop_fd;     /* eventfd: handlers and the reclaimer leave */
+	int pidfd;       /* ourselves, for process_madvise(): many ranges released with one TLB flush */
+	int pagemap_fd;  /* /proc/self/pagemap: which shadow pages a batched move really filled */
 	pid_t pid;       /* the process that created it: a fork child must not use it */
 
 	pthread_rwlock_t tbl_lock;
@@ -171,6 +173,8 @@ struct uswap_mm {
 	bool reclaimer_started;
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
+	_Atomic int wp_score; /* > 0: clean pages pay off; < 0: their first write faults too often */
+	_Atomic uint64_t wp_probe;
 
 	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */
 	uint64_t ev_read;            /* events read so far; protected by ev_lock */

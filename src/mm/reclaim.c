@@ -15,8 +15,13 @@
  * two-handed clock) with a fault standing in for the access bit.
  */
 #include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mm/mm.h"
 #include "mm/uffd.h"
@@ -29,6 +34,24 @@
 #define LOCK_CHUNK      32 /* folios looked at per hold of tbl_lock */
 #define MAX_COW         16
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
+#define BATCH           64 /* shadow ranges released together, folios held until then */
+#define SPAN_PAGES      256 /* pages of program range demoted by one move */
+#define WP_SCORE_MAX    256
+
+/*
+ * Every change that takes a page away from the program's range or from a shadow range costs a TLB
+ * flush, and a flush is an IPI to each CPU running the program: ~16 us here when the other vCPU is
+ * busy, against well under 1 us per page when many pages share one flush. So reclaim moves spans of
+ * folios with one UFFDIO_MOVE (the kernel flushes once per call) and releases the shadow pages of a
+ * batch of evicted folios with one process_madvise().
+ */
+struct release_batch {
+	struct iovec iov[BATCH];
+	struct mm_region *r[BATCH];
+	size_t fi[BATCH];
+	unsigned nr_iov, nr_folios;
+	size_t pages;
+};
 
 static uint64_t now_ms(void)
 {
@@ -90,7 +113,54 @@ static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t
 	atomic_fetch_sub(&m->inactive, dp);
 }
 
-ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
+static void batch_add(struct release_batch *b, uintptr_t addr, size_t len)
+{
+	struct iovec *last = b->nr_iov ? &b->iov[b->nr_iov - 1] : NULL;
+
+	if (last && (uintptr_t)last->iov_base + last->iov_len == addr) {
+		last->iov_len += len;
+		return;
+	}
+	b->iov[b->nr_iov].iov_base = (void *)addr;
+	b->iov[b->nr_iov++].iov_len = len;
+}
+
+static void shadow_release(struct uswap_mm *m, const struct iovec *iov, unsigned n)
+{
+	size_t total = 0;
+	ssize_t done = -1;
+
+	for (unsigned i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (n > 1 && m->pidfd >= 0)
+		done = syscall(SYS_process_madvise, m->pidfd, iov, n, MADV_DONTNEED, 0);
+	if (done == (ssize_t)total)
+		return;
+	/* A kernel without DONTNEED in process_madvise (before 6.13), or a partial result. */
+	for (unsigned i = 0; i < n; i++)
+		madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
+}
+
+/* Release the batch's shadow pages, then count them gone and unlock their folios. */
+static void batch_flush(struct uswap_mm *m, struct release_batch *b)
+{
+	if (b->nr_iov)
+		shadow_release(m, b->iov, b->nr_iov);
+	atomic_fetch_sub(&m->resident, b->pages);
+	atomic_fetch_sub(&m->inactive, b->pages);
+	atomic_fetch_add(&m->c.evicted_pages, b->pages);
+	for (unsigned i = 0; i < b->nr_folios; i++)
+		folio_unlock(&b->r[i]->folios[b->fi[i]]);
+	b->nr_iov = b->nr_folios = 0;
+	b->pages = 0;
+}
+
+/*
+ * Store the shadow pages of folio @fi. Without @b their shadow pages are released now; with it they
+ * join the batch, and the folio stays locked until the batch is flushed (a shadow slot must be empty
+ * before anything can be moved into it again). Return: pages, or -errno if none could go.
+ */
+static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, struct release_batch *b)
 {
 	size_t first, end, freed = 0;
 	int ret = 0;
@@ -114,6 +184,8 @@ ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
 			for (size_t j = 0; j < n; j++)
 				r->pages[i + j] = (r->pages[i + j] & ~(PG_KIND_MASK | PG_CLEAN)) | PG_SWAPPED;
 			atomic_fetch_add(&m->c.clean_evictions, 1);
+			if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) < WP_SCORE_MAX)
+				atomic_fetch_add_explicit(&m->wp_score, 1, memory_order_relaxed);
 		} else {
 			ret = uswap_store(m->swap, (const void *)region_shadow(r, i), n, &id);
 			if (ret) {
@@ -126,10 +198,15 @@ ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
 			for (size_t j = 0; j < n; j++)
 				r->pages[i + j] = pg_make(PG_SWAPPED, (uint32_t)id, (unsigned)j, false);
 		}
-		madvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
-		atomic_fetch_sub(&m->resident, n);
-		atomic_fetch_sub(&m->inactive, n);
-		atomic_fetch_add(&m->c.evicted_pages, n);
+		if (b) {
+			batch_add(b, region_shadow(r, i), n * MM_PAGE);
+			b->pages += n;
+		} else {
+			madvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
+			atomic_fetch_sub(&m->resident, n);
+			atomic_fetch_sub(&m->inactive, n);
+			atomic_fetch_add(&m->c.evicted_pages, n);
+		}
 		freed += n;
 		i += n;
 	}
@@ -137,6 +214,80 @@ ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
 	if (freed)
 		atomic_fetch_add(&m->c.evictions, 1);
 	return ret && !freed ? ret : (ssize_t)freed;
+}
+
+ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
+{
+	return evict_folio(m, r, fi, NULL);
+}
+
+/*
+ * A span of folios [f0, f1) of @r, all locked by us, none with a shadow page, the first and the last
+ * with present pages: move it to the shadow range with one UFFDIO_MOVE that skips the holes between
+ * (swapped or untouched pages; their shadow slots are empty). A page we count as present may be a
+ * hole after all (the kernel zapped it after its REMOVE event): the pagemap of the shadow range
+ * tells which pages really arrived, and a page that did not reads as zero from now on, which is
+ * what its MADV_DONTNEED asked for. Return: pages moved, or -errno if none.
+ */
+static ssize_t demote_span(struct uswap_mm *m, struct mm_region *r, size_t f0, size_t f1, uintptr_t *busy,
+			   size_t *busy_len, size_t *busy_folio)
+{
+	struct uffdio_move mv;
+	uint64_t pm[SPAN_PAGES];
+	size_t first, end, tmp, dp, moved = 0;
+	int ret = 0;
+
+	region_folio_pages(r, f0, &first, &tmp);
+	region_folio_pages(r, f1 - 1, &tmp, &end);
+	mv = (struct uffdio_move){.dst = region_shadow(r, first),
+				  .src = region_addr(r, first),
+				  .len = (end - first) * MM_PAGE,
+				  .mode = UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES};
+	if (ioctl(m->uffd_shadow, UFFDIO_MOVE, &mv))
+		ret = -errno;
+	dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
+	if (dp > end - first)
+		dp = end - first;
+	if (dp && pread(m->pagemap_fd, pm, dp * sizeof(pm[0]),
+			(off_t)(region_shadow(r, first) / MM_PAGE * sizeof(pm[0]))) != (ssize_t)(dp * sizeof(pm[0])))
+		memset(pm, 0xff, dp * sizeof(pm[0])); /* cannot tell: trust the move */
+	for (size_t j = 0; j < dp; j++) {
+		size_t i = first + j;
+
+		if (pg_kind(r->pages[i]) != PG_PRESENT)
+			continue;
+		if (!(pm[j] & (PM_PRESENT | PM_SWAP))) {
+			pages_put_copies(m, r, i, i + 1);
+			r->pages[i] = PG_NONE;
+			atomic_fetch_sub(&m->resident, 1);
+			continue;
+		}
+		r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
+		moved++;
+	}
+	atomic_fetch_add(&m->inactive, moved);
+	if (ret == -EBUSY) {
+		size_t i = first + dp, n = 0;
+
+		while (i + n < end && pg_kind(r->pages[i + n]) == PG_PRESENT)
+			n++;
+		*busy = region_addr(r, i);
+		*busy_len = n * MM_PAGE;
+		*busy_folio = region_folio(r, region_addr(r, i));
+	}
+	if (moved)
+		atomic_fetch_add(&m->c.demotions, 1);
+	return ret && !moved ? ret : (ssize_t)moved;
+}
+
+static size_t folio_present_pages(struct mm_region *r, size_t fi)
+{
+	size_t first, end, n = 0;
+
+	region_folio_pages(r, fi, &first, &end);
+	for (size_t i = first; i < end; i++)
+		n += pg_kind(r->pages[i]) == PG_PRESENT;
+	return n;
 }
 
 /* The folio of region slot @ri at or after @addr; false when the table is empty. */
@@ -169,6 +320,60 @@ struct hand_result {
 };
 
 /*
+ * The front hand found folio @fi present, unreferenced and locked: demote it, together with the
+ * folios after it that can go in the same move (see demote_span()). Return: the last folio handled.
+ */
+static size_t front_demote(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t want, size_t *scanned,
+			   struct hand_result *res)
+{
+	size_t f1 = fi + 1, present = folio_present_pages(r, fi), first, end, busy_len = 0, busy_folio = 0;
+	uintptr_t busy = 0;
+	ssize_t got;
+
+	if (m->pagemap_fd < 0 || (atomic_load(&r->folios[fi]) & FL_SHADOW)) {
+		got = reclaim_demote_folio(m, r, fi, &busy, &busy_len);
+		busy_folio = fi;
+	} else {
+		region_folio_pages(r, fi, &first, &end);
+		while (f1 < r->nr_folios && res->pages + present < want) {
+			_Atomic uint32_t *f = &r->folios[f1];
+			uint32_t v = atomic_load(f);
+			size_t e;
+
+			region_folio_pages(r, f1, &e, &end);
+			if (end - first > SPAN_PAGES || (v & FL_SHADOW) ||
+			    ((v & FL_PRESENT) && (v & (FL_PINNED | FL_REF))) || !folio_trylock(f))
+				break;
+			v = atomic_load(f);
+			if ((v & FL_SHADOW) || ((v & FL_PRESENT) && (v & (FL_PINNED | FL_REF)))) {
+				folio_unlock(f);
+				break;
+			}
+			present += folio_present_pages(r, f1);
+			f1++;
+			++*scanned;
+		}
+		/* The span ends on a folio with something to move. */
+		while (f1 - 1 > fi && !(atomic_load(&r->folios[f1 - 1]) & FL_PRESENT))
+			folio_unlock(&r->folios[--f1]);
+		got = demote_span(m, r, fi, f1, &busy, &busy_len, &busy_folio);
+	}
+	if (busy_len && res->nr_cow < MAX_COW) {
+		res->cow[res->nr_cow] = busy;
+		res->cow_len[res->nr_cow++] = busy_len;
+	}
+	if (got == -EBUSY || busy_len)
+		atomic_fetch_or(&r->folios[busy_folio], FL_PINNED);
+	if (got > 0)
+		res->pages += (size_t)got;
+	for (size_t g = fi; g < f1; g++) {
+		folio_summarize(r, g);
+		folio_unlock(&r->folios[g]);
+	}
+	return f1 - 1;
+}
+
+/*
  * Advance a hand over up to @max_scan folios or until @want pages were handled. @front: demote
  * present folios not referenced since the last pass; else evict inactive folios.
  */
@@ -176,8 +381,11 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			 struct hand_result *res)
 {
 	uintptr_t *hand = front ? &m->front : &m->back;
+	struct release_batch batch;
 	size_t scanned = 0;
 
+	batch.nr_iov = batch.nr_folios = 0;
+	batch.pages = 0;
 	while (res->pages < want && scanned < max_scan && !atomic_load(&m->forking)) {
 		unsigned ri, chunk = 0;
 		size_t fi;
@@ -200,32 +408,27 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 					atomic_fetch_and(f, ~(FL_PINNED | FL_REF));
 					res->touched++;
 				} else if (folio_trylock(f)) {
-					uintptr_t ba = 0;
-					size_t bl = 0;
-
-					got = reclaim_demote_folio(m, r, fi, &ba, &bl);
-					if (bl && res->nr_cow < MAX_COW) {
-						res->cow[res->nr_cow] = ba;
-						res->cow_len[res->nr_cow++] = bl;
-					}
-					if (got == -EBUSY) {
-						atomic_fetch_or(f, FL_PINNED);
-					} else if (got > 0) {
-						res->pages += (size_t)got;
-					}
-					folio_unlock(f);
+					fi = front_demote(m, r, fi, want, &scanned, res);
 				}
 			} else if (!front && (v & FL_SHADOW) && folio_trylock(f)) {
-				got = reclaim_evict_folio(m, r, fi);
-				if (got > 0)
+				got = evict_folio(m, r, fi, &batch);
+				if (got > 0) {
 					res->pages += (size_t)got;
-				folio_unlock(f);
+					batch.r[batch.nr_folios] = r;
+					batch.fi[batch.nr_folios++] = fi;
+					if (batch.nr_folios == BATCH || batch.nr_iov == BATCH || batch.pages >= BATCH)
+						batch_flush(m, &batch);
+				} else {
+					folio_unlock(f);
+				}
 			}
-			if (++fi == r->nr_folios) {
+			if (++fi >= r->nr_folios) {
 				ri = ri + 1 == m->nr_regions ? 0 : ri + 1;
 				fi = 0;
 			}
 		}
+		/* Before tbl_lock goes: a region may go away once it is released. */
+		batch_flush(m, &batch);
 		*hand = hand_addr(m->tbl[ri], fi);
 		pthread_rwlock_unlock(&m->tbl_lock);
 	}

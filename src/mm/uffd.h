@@ -111,4 +111,8 @@ struct pm_scan_arg {
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 #endif
 
+/* /proc/self/pagemap entries (Documentation/admin-guide/mm/pagemap.rst). */
+#define PM_PRESENT (1ull << 63)
+#define PM_SWAP    (1ull << 62)
+
 #endif
