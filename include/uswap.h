@@ -211,6 +211,7 @@ struct uswap_mm_stats {
 	uint64_t regions, region_bytes;
 	uint64_t zero_fills;     /* pages zero-filled on first touch (fault-around included) */
 	uint64_t swapins, swapin_pages; /* folio loads from the swap layer, and their pages */
+	uint64_t readahead_pages; /* ... of which loaded ahead of a sequential run of swap-ins */
 	uint64_t soft_faults;    /* inactive folios a touch brought back without a load */
 	uint64_t wp_faults;      /* first writes to clean pages (their swap copy is dropped) */
 	uint64_t demotions;      /* folios moved to the inactive list */

@@ -218,4 +218,42 @@ static void test_mm_folio_sweep(void)
 	}
 }
 
-CHECK_MAIN(T(test_mm_basic), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep))
+/*
+ * Sequential passes over a region 8x the limit bring pages in ahead of the faults (readahead);
+ * pages read ahead, written, evicted again and read back must still be exact.
+ */
+static void test_mm_sequential_readahead(void)
+{
+	static const size_t folios[] = {4096, 16384};
+
+	for (size_t k = 0; k < sizeof(folios) / sizeof(folios[0]); k++) {
+		const size_t n = 8192; /* 32 MiB under 4 MiB */
+		struct uswap_mm *m = mm_new(4 * MiB, TIERS, folios[k]);
+		struct uswap_mm_stats st;
+		uint32_t *sums = calloc(n, sizeof(*sums));
+		unsigned char *p;
+
+		if (!m)
+			return;
+		CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+		for (size_t i = 0; i < n; i++)
+			sums[i] = put_page(p + i * PS, i, 0);
+		CHECK_EQ(verify_pages(p, n, sums), 0);
+		/* Every other page rewritten in a forward pass: pages read ahead take writes. */
+		for (size_t i = 0; i < n; i += 2)
+			sums[i] = put_page(p + i * PS, i, 1);
+		CHECK_EQ(verify_pages(p, n, sums), 0);
+		for (size_t i = n; i-- > 0;)
+			CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
+		uswap_mm_stats(m, &st);
+		CHECK(st.readahead_pages > 0);
+		CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+		CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+		CHECK_EQ(swap_pages(m), 0);
+		uswap_mm_destroy(m);
+		free(sums);
+	}
+}
+
+CHECK_MAIN(T(test_mm_basic), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
+	   T(test_mm_sequential_readahead))

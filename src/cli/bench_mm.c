@@ -432,13 +432,13 @@ int bench_mm(int argc, char **argv)
 	}
 	printf("},\"kernel_fault_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_kernel\":%.2f,"
 	       "\"handler_swapin_us_p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
-	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"wp_faults\":%llu,\"store_failures\":%llu,"
+	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"wp_faults\":%llu,\"readahead_pages\":%llu,\"store_failures\":%llu,"
 	       "\"mm_meta_bytes_per_page\":%.2f,\"swap_meta_bytes_per_page\":%.2f,\"bad_pages\":%llu,"
 	       "\"verified\":%s}\n",
 	       kernel_us, first_mm_us, kernel_us > 0 ? first_mm_us / kernel_us : 0.0, st.swapin_ns_p50 / 1e3,
 	       st.swapin_ns_p99 / 1e3, (unsigned long long)st.direct_reclaims,
 	       (unsigned long long)st.evictions, (unsigned long long)st.clean_evictions,
-	       (unsigned long long)st.wp_faults,
+	       (unsigned long long)st.wp_faults, (unsigned long long)st.readahead_pages,
 	       (unsigned long long)st.store_failures, (double)st.meta_bytes / (double)npages,
 	       ss.pages ? (double)ss.meta_bytes / (double)ss.pages : 0.0, (unsigned long long)bad,
 	       bad ? "false" : "true");

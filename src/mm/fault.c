@@ -330,6 +330,51 @@ static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 	return ret;
 }
 
+/*
+ * Swap-in readahead. A swap-in at the address where the previous one ended starts or extends a
+ * sequential run: the window doubles from RA_MIN up to RA_MAX pages, and that many swapped pages
+ * after the faulting folio come in with it, before the faulting thread is woken (a load and a copy
+ * of a page cost ~2 us, a fault round trip several times that). Any other swap-in closes the window,
+ * so random access never reads ahead. Pages read ahead keep their swap copy like any read (so a page
+ * never used goes again without a store) and carry no reference bit: the clock takes them first.
+ */
+#define RA_MIN 4
+#define RA_MAX 16
+static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi)
+{
+	size_t first, end, f = fi + 1, got = 0;
+	unsigned win = 0;
+
+	region_folio_pages(r, fi, &first, &end);
+	if (atomic_exchange(&m->ra_next, region_addr(r, end)) == region_addr(r, first)) {
+		win = atomic_load(&m->ra_pages);
+		win = win ? (win * 2 > RA_MAX ? RA_MAX : win * 2) : RA_MIN;
+	}
+	atomic_store(&m->ra_pages, win);
+	if (!win || atomic_load(&m->resident) + win > atomic_load(&m->limit))
+		return;
+	for (; got < win && f < r->nr_folios; f++) {
+		_Atomic uint32_t *fw = &r->folios[f];
+		bool all = true;
+
+		if (!folio_trylock(fw))
+			break;
+		region_folio_pages(r, f, &first, &end);
+		for (size_t i = first; i < end && all; i++)
+			all = pg_kind(r->pages[i]) == PG_SWAPPED;
+		all = all && fault_folio_in(m, stage, r, f, false) == 0;
+		if (all) {
+			got += end - first;
+			atomic_fetch_sub(&m->c.swapins, 1); /* not a fault */
+			atomic_store(&m->ra_next, region_addr(r, end));
+		}
+		folio_unlock(fw);
+		if (!all)
+			break;
+	}
+	atomic_fetch_add(&m->c.readahead_pages, got);
+}
+
 static bool folio_untouched(struct mm_region *r, size_t fi)
 {
 	size_t first, end;
@@ -446,6 +491,8 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 			ret = fault_around(m, r, fi);
 		else
 			ret = fault_folio_in(m, h->stage, r, fi, write);
+		if (swapin && !ret)
+			readahead(m, h->stage, r, fi);
 	}
 	atomic_fetch_or(&r->folios[fi], FL_REF);
 	region_folio_pages(r, fi, &first, &end);

@@ -593,6 +593,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->zero_fills = atomic_load(&c->zero_fills);
 	st->swapins = atomic_load(&c->swapins);
 	st->swapin_pages = atomic_load(&c->swapin_pages);
+	st->readahead_pages = atomic_load(&c->readahead_pages);
 	st->soft_faults = atomic_load(&c->soft_faults);
 	st->wp_faults = atomic_load(&c->wp_faults);
 	st->demotions = atomic_load(&c->demotions);

@@ -138,7 +138,7 @@ struct mm_handler {
 };
 
 struct mm_counters {
-	_Atomic uint64_t zero_fills, swapins, swapin_pages, soft_faults, wp_faults, evictions, evicted_pages,
+	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults, evictions, evicted_pages,
 		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
 		events_unmap, events_remap, untracked_faults, busy_folios, retries;
 };
@@ -173,6 +173,8 @@ struct uswap_mm {
 	bool reclaimer_started;
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
+	_Atomic uintptr_t ra_next; /* where a sequential run of swap-ins would fault next */
+	_Atomic unsigned ra_pages; /* swap-in readahead window, pages (0: off) */
 	_Atomic int wp_score; /* > 0: clean pages pay off; < 0: their first write faults too often */
 	_Atomic uint64_t wp_probe;
 

@@ -248,22 +248,27 @@ static ssize_t demote_span(struct uswap_mm *m, struct mm_region *r, size_t f0, s
 	dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
 	if (dp > end - first)
 		dp = end - first;
-	if (dp && pread(m->pagemap_fd, pm, dp * sizeof(pm[0]),
-			(off_t)(region_shadow(r, first) / MM_PAGE * sizeof(pm[0]))) != (ssize_t)(dp * sizeof(pm[0])))
-		memset(pm, 0xff, dp * sizeof(pm[0])); /* cannot tell: trust the move */
-	for (size_t j = 0; j < dp; j++) {
-		size_t i = first + j;
+	for (size_t j0 = 0; j0 < dp; j0 += SPAN_PAGES) {
+		size_t cnt = dp - j0 < SPAN_PAGES ? dp - j0 : SPAN_PAGES;
 
-		if (pg_kind(r->pages[i]) != PG_PRESENT)
-			continue;
-		if (!(pm[j] & (PM_PRESENT | PM_SWAP))) {
-			pages_put_copies(m, r, i, i + 1);
-			r->pages[i] = PG_NONE;
-			atomic_fetch_sub(&m->resident, 1);
-			continue;
+		if (pread(m->pagemap_fd, pm, cnt * sizeof(pm[0]),
+			  (off_t)(region_shadow(r, first + j0) / MM_PAGE * sizeof(pm[0]))) !=
+		    (ssize_t)(cnt * sizeof(pm[0])))
+			memset(pm, 0xff, cnt * sizeof(pm[0])); /* cannot tell: trust the move */
+		for (size_t j = 0; j < cnt; j++) {
+			size_t i = first + j0 + j;
+
+			if (pg_kind(r->pages[i]) != PG_PRESENT)
+				continue;
+			if (!(pm[j] & (PM_PRESENT | PM_SWAP))) {
+				pages_put_copies(m, r, i, i + 1);
+				r->pages[i] = PG_NONE;
+				atomic_fetch_sub(&m->resident, 1);
+				continue;
+			}
+			r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
+			moved++;
 		}
-		r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
-		moved++;
 	}
 	atomic_fetch_add(&m->inactive, moved);
 	if (ret == -EBUSY) {
