@@ -567,10 +567,16 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 		struct mm_region *r = m->tbl[ri];
 
 		bytes += r->end - r->start;
-		/* Page words change under their folio lock: a walk of the table, not a hot path. */
+		/*
+		 * Page words change under their folio lock: a walk of the table, not a hot path. Folios
+		 * never touched (most of a large reservation) are skipped without their lock.
+		 */
 		for (size_t fi = 0; fi < r->nr_folios; fi++) {
 			size_t first, end;
 
+			if (!(atomic_load_explicit(&r->folios[fi], memory_order_relaxed) &
+			      (FL_PRESENT | FL_SHADOW | FL_SWAPPED)))
+				continue;
 			folio_lock(&r->folios[fi]);
 			region_folio_pages(r, fi, &first, &end);
 			for (size_t i = first; i < end; i++) {

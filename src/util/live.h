@@ -12,7 +12,7 @@
 #include "uswap.h"
 
 #define LIVE_MAGIC 0x7573776170737431ull /* "uswapst1" */
-#define LIVE_PERIOD_MS 200
+#define LIVE_PERIOD_MS 500
 #define LIVE_PATH_FMT "/dev/shm/uswap.%d"
 
 struct live_stats {
