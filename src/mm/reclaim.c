@@ -248,22 +248,34 @@ static ssize_t demote_span(struct uswap_mm *m, struct mm_region *r, size_t f0, s
 	dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
 	if (dp > end - first)
 		dp = end - first;
-	for (size_t j0 = 0; j0 < dp; j0 += SPAN_PAGES) {
-		size_t cnt = dp - j0 < SPAN_PAGES ? dp - j0 : SPAN_PAGES;
+	/*
+	 * The shadow's pagemap says which pages arrived, over the whole span: after an error the count
+	 * the kernel returns need not cover every page it moved before the failing one (the holes it
+	 * skipped). Before that count, a page that did not arrive was a hole (zapped); after it, a page
+	 * that did not arrive is still in the program's range.
+	 */
+	for (size_t j0 = 0; j0 < end - first && (dp || ret); j0 += SPAN_PAGES) {
+		size_t cnt = end - first - j0 < SPAN_PAGES ? end - first - j0 : SPAN_PAGES;
 
 		if (pread(m->pagemap_fd, pm, cnt * sizeof(pm[0]),
 			  (off_t)(region_shadow(r, first + j0) / MM_PAGE * sizeof(pm[0]))) !=
-		    (ssize_t)(cnt * sizeof(pm[0])))
-			memset(pm, 0xff, cnt * sizeof(pm[0])); /* cannot tell: trust the move */
+		    (ssize_t)(cnt * sizeof(pm[0]))) {
+			/* Cannot tell: trust the count. */
+			for (size_t j = 0; j < cnt; j++)
+				pm[j] = j0 + j < dp ? PM_PRESENT : 0;
+		}
 		for (size_t j = 0; j < cnt; j++) {
 			size_t i = first + j0 + j;
+			bool arrived = pm[j] & (PM_PRESENT | PM_SWAP);
 
 			if (pg_kind(r->pages[i]) != PG_PRESENT)
 				continue;
-			if (!(pm[j] & (PM_PRESENT | PM_SWAP))) {
-				pages_put_copies(m, r, i, i + 1);
-				r->pages[i] = PG_NONE;
-				atomic_fetch_sub(&m->resident, 1);
+			if (!arrived) {
+				if (j0 + j < dp) {
+					pages_put_copies(m, r, i, i + 1);
+					r->pages[i] = PG_NONE;
+					atomic_fetch_sub(&m->resident, 1);
+				}
 				continue;
 			}
 			r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
