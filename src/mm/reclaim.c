@@ -113,17 +113,6 @@ static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t
 	atomic_fetch_sub(&m->inactive, dp);
 }
 
-static void batch_add(struct release_batch *b, uintptr_t addr, size_t len)
-{
-	struct iovec *last = b->nr_iov ? &b->iov[b->nr_iov - 1] : NULL;
-
-	if (last && (uintptr_t)last->iov_base + last->iov_len == addr) {
-		last->iov_len += len;
-		return;
-	}
-	b->iov[b->nr_iov].iov_base = (void *)addr;
-	b->iov[b->nr_iov++].iov_len = len;
-}
 
 static void shadow_release(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 {
@@ -153,6 +142,26 @@ static void batch_flush(struct uswap_mm *m, struct release_batch *b)
 		folio_unlock(&b->r[i]->folios[b->fi[i]]);
 	b->nr_iov = b->nr_folios = 0;
 	b->pages = 0;
+}
+
+/*
+ * Add a shadow range of @n pages to the batch. A large folio can bring more separate ranges than
+ * the batch has room for: then the ranges gathered so far are released first (the folio itself is
+ * not in the batch's folio list yet, so it stays locked).
+ */
+static void batch_add(struct uswap_mm *m, struct release_batch *b, uintptr_t addr, size_t n)
+{
+	struct iovec *last = b->nr_iov ? &b->iov[b->nr_iov - 1] : NULL;
+
+	if (last && (uintptr_t)last->iov_base + last->iov_len == addr) {
+		last->iov_len += n * MM_PAGE;
+	} else {
+		if (b->nr_iov == BATCH)
+			batch_flush(m, b);
+		b->iov[b->nr_iov].iov_base = (void *)addr;
+		b->iov[b->nr_iov++].iov_len = n * MM_PAGE;
+	}
+	b->pages += n;
 }
 
 /*
@@ -199,8 +208,7 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 				r->pages[i + j] = pg_make(PG_SWAPPED, (uint32_t)id, (unsigned)j, false);
 		}
 		if (b) {
-			batch_add(b, region_shadow(r, i), n * MM_PAGE);
-			b->pages += n;
+			batch_add(m, b, region_shadow(r, i), n);
 		} else {
 			madvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
 			atomic_fetch_sub(&m->resident, n);
