@@ -397,7 +397,7 @@ static void fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
 		had = pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN);
 	if (had) {
 		pages_put_copies(m, r, first, end);
-		if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) > -256)
+		if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) > -WP_SCORE_MAX)
 			atomic_fetch_sub_explicit(&m->wp_score, WP_FAULT_COST, memory_order_relaxed);
 	}
 	atomic_fetch_add(&m->c.wp_faults, 1);

@@ -176,6 +176,7 @@ struct uswap_mm {
 	_Atomic uintptr_t ra_next; /* where a sequential run of swap-ins would fault next */
 	_Atomic unsigned ra_pages; /* swap-in readahead window, pages (0: off) */
 	_Atomic int wp_score; /* > 0: clean pages pay off; < 0: their first write faults too often */
+#define WP_SCORE_MAX 256      /* |wp_score| stays within this */
 	_Atomic uint64_t wp_probe;
 
 	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */
@@ -252,8 +253,6 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
  */
 ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
 			     size_t *busy_len);
-/* Context: folio locked. Store the shadow pages of folio @fi and release them. Return: pages, -errno. */
-ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi);
 
 /* uffd helpers (fault.c) */
 int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);

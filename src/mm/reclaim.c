@@ -36,7 +36,6 @@
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
 #define BATCH           64 /* shadow ranges released together, folios held until then */
 #define SPAN_PAGES      256 /* pages of program range demoted by one move */
-#define WP_SCORE_MAX    256
 
 /*
  * Every change that takes a page away from the program's range or from a shadow range costs a TLB
@@ -165,9 +164,9 @@ static void batch_add(struct uswap_mm *m, struct release_batch *b, uintptr_t add
 }
 
 /*
- * Store the shadow pages of folio @fi. Without @b their shadow pages are released now; with it they
- * join the batch, and the folio stays locked until the batch is flushed (a shadow slot must be empty
- * before anything can be moved into it again). Return: pages, or -errno if none could go.
+ * Store the shadow pages of folio @fi. Their shadow pages join the batch, and the folio stays locked
+ * until the batch is flushed (a shadow slot must be empty before anything can be moved into it
+ * again). Return: pages, or -errno if none could go.
  */
 static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, struct release_batch *b)
 {
@@ -207,14 +206,7 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 			for (size_t j = 0; j < n; j++)
 				r->pages[i + j] = pg_make(PG_SWAPPED, (uint32_t)id, (unsigned)j, false);
 		}
-		if (b) {
-			batch_add(m, b, region_shadow(r, i), n);
-		} else {
-			madvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
-			atomic_fetch_sub(&m->resident, n);
-			atomic_fetch_sub(&m->inactive, n);
-			atomic_fetch_add(&m->c.evicted_pages, n);
-		}
+		batch_add(m, b, region_shadow(r, i), n);
 		freed += n;
 		i += n;
 	}
@@ -222,11 +214,6 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 	if (freed)
 		atomic_fetch_add(&m->c.evictions, 1);
 	return ret && !freed ? ret : (ssize_t)freed;
-}
-
-ssize_t reclaim_evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi)
-{
-	return evict_folio(m, r, fi, NULL);
 }
 
 /*
