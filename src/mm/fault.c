@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -88,20 +89,101 @@ int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, boo
 	return ret;
 }
 
-int uffd_move(int uffd, uintptr_t dst, uintptr_t src, size_t len, bool wake, size_t *done)
+/*
+ * Which of @n pages from @addr are mapped (present, or in the kernel's swap), into @out: mincore()
+ * (which fails where there is no mapping at all), refined by /proc/self/pagemap when we have it
+ * (mincore() cannot see a page the kernel swapped out). Return: 0; -1 no mapping, or no way to tell.
+ */
+static int pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out)
 {
-	struct uffdio_move mv = {
-		.dst = dst,
-		.src = src,
-		.len = len,
-		.mode = wake ? 0 : UFFDIO_MOVE_MODE_DONTWAKE,
-	};
-	int ret = ioctl(uffd, UFFDIO_MOVE, &mv) ? -errno : 0;
+	uint64_t pm[64];
 
-	*done = mv.move > 0 ? (size_t)mv.move : 0;
-	if (!ret && *done != len)
-		ret = -EAGAIN;
-	return ret;
+	if (mincore((void *)addr, n * MM_PAGE, out))
+		return -1;
+	for (size_t j = 0; j < n; j++)
+		out[j] &= 1;
+	for (size_t j0 = 0; m->pagemap_fd >= 0 && j0 < n; j0 += 64) {
+		size_t cnt = n - j0 < 64 ? n - j0 : 64;
+		off_t off = (off_t)((addr / MM_PAGE + j0) * sizeof(pm[0]));
+
+		if (pread(m->pagemap_fd, pm, cnt * sizeof(pm[0]), off) != (ssize_t)(cnt * sizeof(pm[0])))
+			break;
+		for (size_t j = 0; j < cnt; j++)
+			out[j0 + j] = (pm[j] & (PM_PRESENT | PM_SWAP)) != 0;
+	}
+	return 0;
+}
+
+/*
+ * mm_move() - UFFDIO_MOVE of @n pages (at most MV_MAX_PAGES) from @src to @dst, whose slots are
+ * empty, through @uffd (the one @dst is registered with); @st[j] says where page j is afterwards:
+ * MV_MOVED (at dst), MV_LEFT (still at src) or MV_HOLE (at neither: src had no page there, the
+ * kernel zapped it after a MADV_DONTNEED whose REMOVE event we may not have applied yet).
+ *
+ * Two properties of the kernel's move loop (mm/userfaultfd.c, move_pages(), as of 6.18) decide
+ * how this is done. Once a step of the loop returns -EAGAIN (a pte changed under it: the program
+ * touched the page and set its accessed bit, a concurrent MADV_DONTNEED zapped it, a migration)
+ * the loop's error stays -EAGAIN: later steps that succeed do not clear it and do not advance.
+ * With UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES, a step over a hole "succeeds", so a page zapped between
+ * its -EAGAIN and the retry makes the ioctl spin in the kernel for ever (seen: a handler thread
+ * at 100% system time in move_pages_ptes()). Without it the retry moves the page (or finds the
+ * hole) and the next step stops on -EEXIST or -ENOENT: it ends, but reports the page it just
+ * moved as not moved. So: never ALLOW_SRC_HOLES (a hole ends a call, the next starts after it),
+ * and after any error the page tables, not the count, say what moved.
+ * Return: 0 when every page that src held is at dst; else the error that stopped the rest.
+ */
+int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st)
+{
+	uint8_t at_dst[MV_MAX_PAGES], at_src[MV_MAX_PAGES];
+	size_t i = 0;
+
+	memset(st, MV_LEFT, n);
+	while (i < n) {
+		struct uffdio_move mv = {
+			.dst = dst + i * MM_PAGE,
+			.src = src + i * MM_PAGE,
+			.len = (n - i) * MM_PAGE,
+			.mode = wake ? 0 : UFFDIO_MOVE_MODE_DONTWAKE,
+		};
+		size_t k, j;
+		int err;
+
+		if (!ioctl(uffd, UFFDIO_MOVE, &mv)) {
+			memset(st + i, MV_MOVED, n - i);
+			return 0;
+		}
+		err = -errno;
+		if (pages_mapped(m, dst + i * MM_PAGE, n - i, at_dst) ||
+		    pages_mapped(m, src + i * MM_PAGE, n - i, at_src)) {
+			/* A range unmapped under us (its event not applied yet): trust the count. */
+			size_t dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
+
+			memset(st + i, MV_MOVED, dp < n - i ? dp : n - i);
+			return err;
+		}
+		for (j = 0; j < n - i; j++)
+			st[i + j] = at_dst[j] ? MV_MOVED : at_src[j] ? MV_LEFT : MV_HOLE;
+		for (k = 0; k < n - i && at_dst[k]; k++)
+			;
+		if (k == n - i)
+			return 0; /* all there: the error came after the last page */
+		if (at_src[k]) {
+			/*
+			 * Page i + k would not move. After progress the error may belong to a page
+			 * already moved (see above) or be a partial move's -EAGAIN: go on from i + k.
+			 */
+			if (k > 0) {
+				i += k;
+				continue;
+			}
+			return err;
+		}
+		/* A hole: the next call starts at the next page src still holds. */
+		for (j = k + 1; j < n - i && !at_src[j]; j++)
+			;
+		i += j;
+	}
+	return 0;
 }
 
 int uffd_wake(int uffd, uintptr_t start, size_t len)
@@ -117,6 +199,9 @@ static int uffd_unprotect(int uffd, uintptr_t start, size_t len)
 
 	return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) ? -errno : 0;
 }
+
+/* Load failures told on stderr (with the swap id and tier), like the kernel's swap read errors; then only counted. */
+#define LOAD_FAILURES_LOGGED 10
 
 /* A page whose data cannot be read back: later accesses get SIGBUS, as with a swap read error. */
 static void poison(struct uswap_mm *m, uintptr_t addr, size_t len)
@@ -166,7 +251,9 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 
 	if (ret) {
 		/* The data is gone (tier error, checksum mismatch): never hand out wrong data. */
-		atomic_fetch_add(&m->c.load_failures, 1);
+		if (atomic_fetch_add(&m->c.load_failures, 1) < LOAD_FAILURES_LOGGED)
+			fprintf(stderr, "uswap: swap-in of %zu page(s) at %#lx failed: %s; they are poisoned (SIGBUS on access)\n",
+				n, (unsigned long)region_addr(r, i), uswap_errmsg()[0] ? uswap_errmsg() : strerror(-ret));
 		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), n);
 		for (size_t j = 0; j < n; j++)
 			r->pages[i + j] = PG_NONE;
@@ -207,12 +294,18 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 		for (size_t j = 0; j < dp; j++)
 			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
 	} else {
-		if (clean)
-			pages_put_copies(m, r, i, i + n);
-		ret = uffd_move(m->uffd, region_addr(r, i), region_shadow(r, i), n * MM_PAGE, false, &done);
-		dp = done / MM_PAGE;
-		for (size_t j = 0; j < dp; j++)
+		uint8_t st[MV_MAX_PAGES];
+
+		ret = mm_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
+		dp = 0;
+		for (size_t j = 0; j < n; j++) {
+			if (st[j] != MV_MOVED)
+				continue; /* still in the shadow, still counted there */
+			if (clean)
+				pages_put_copies(m, r, i + j, i + j + 1);
 			r->pages[i + j] = PG_PRESENT;
+			dp++;
+		}
 	}
 	atomic_fetch_sub(&m->inactive, dp);
 	return ret;
@@ -531,7 +624,8 @@ static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 			if (fend > region_page(r, b))
 				fend = region_page(r, b);
 			for (i = first; i < fend;) {
-				size_t n = 0, done;
+				uint8_t st[MV_MAX_PAGES];
+				size_t n = 0;
 
 				while (i + n < fend && pg_kind(r->pages[i + n]) == PG_PRESENT)
 					n++;
@@ -539,16 +633,10 @@ static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 					i++;
 					continue;
 				}
-				struct uffdio_move mv = {
-					.dst = region_shadow(r, i),
-					.src = region_addr(r, i),
-					.len = n * MM_PAGE,
-					.mode = UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES,
-				};
-				ioctl(m->uffd_shadow, UFFDIO_MOVE, &mv);
-				done = mv.move > 0 ? (size_t)mv.move : 0;
-				if (done)
-					madvise((void *)region_shadow(r, i), done, MADV_DONTNEED);
+				/* Pages the kernel zaps first are holes that mm_move() steps over. */
+				mm_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
+				if (memchr(st, MV_MOVED, n))
+					madvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
 				i += n;
 			}
 			pages_drop(m, r, first, fend);

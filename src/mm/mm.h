@@ -149,7 +149,7 @@ struct uswap_mm {
 	int uffd_shadow; /* shadow ranges: MISSING with SIGBUS (never touched while empty), no events */
 	int stop_fd;     /* eventfd: handlers and the reclaimer leave */
 	int pidfd;       /* ourselves, for process_madvise(): many ranges released with one TLB flush */
-	int pagemap_fd;  /* /proc/self/pagemap: which shadow pages a batched move really filled */
+	int pagemap_fd;  /* /proc/self/pagemap: which pages a failed move really moved (else mincore) */
 	pid_t pid;       /* the process that created it: a fork child must not use it */
 
 	pthread_rwlock_t tbl_lock;
@@ -256,7 +256,10 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 
 /* uffd helpers (fault.c) */
 int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
-int uffd_move(int uffd, uintptr_t dst, uintptr_t src, size_t len, bool wake, size_t *done);
+/* Where a page is after mm_move(). */
+enum { MV_LEFT, MV_MOVED, MV_HOLE };
+#define MV_MAX_PAGES (1u << MM_FOLIO_MAX_SHIFT)
+int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st);
 int uffd_wake(int uffd, uintptr_t start, size_t len);
 
 static inline uint64_t mm_pages(uint64_t bytes)

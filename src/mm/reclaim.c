@@ -35,14 +35,15 @@
 #define MAX_COW         16
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
 #define BATCH           64 /* shadow ranges released together, folios held until then */
-#define SPAN_PAGES      256 /* pages of program range demoted by one move */
+#define SPAN_PAGES      256 /* pages of program range demoted together */
 
 /*
  * Every change that takes a page away from the program's range or from a shadow range costs a TLB
  * flush, and a flush is an IPI to each CPU running the program: ~16 us here when the other vCPU is
- * busy, against well under 1 us per page when many pages share one flush. So reclaim moves spans of
- * folios with one UFFDIO_MOVE (the kernel flushes once per call) and releases the shadow pages of a
- * batch of evicted folios with one process_madvise().
+ * busy, against well under 1 us per page when many pages share one flush. So reclaim moves runs of
+ * present pages across folios with one UFFDIO_MOVE each (the kernel flushes once per call; a run
+ * ends at a swapped or untouched page, see mm_move()) and releases the shadow pages of a batch of
+ * evicted folios with one process_madvise().
  */
 struct release_batch {
 	struct iovec iov[BATCH];
@@ -60,6 +61,38 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/*
+ * Pages [i, i + n) of @r, PG_PRESENT, went to the shadow with mm_move() and @st says where each
+ * is: count the ones that arrived as inactive; a hole (the kernel zapped the page after a
+ * MADV_DONTNEED whose REMOVE event is not applied yet) reads as zero from now on, which is what
+ * the program asked for. Return: pages demoted.
+ */
+static size_t demoted(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, const uint8_t *st)
+{
+	size_t moved = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		if (st[j] == MV_MOVED) {
+			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_SHADOW;
+			moved++;
+		} else if (st[j] == MV_HOLE) {
+			pages_put_copies(m, r, i + j, i + j + 1);
+			r->pages[i + j] = PG_NONE;
+			atomic_fetch_sub(&m->resident, 1);
+		}
+	}
+	atomic_fetch_add(&m->inactive, moved);
+	return moved;
+}
+
+/* The first page of [i, i + n) that mm_move() left in the program's range, or n. */
+static size_t first_left(const uint8_t *st, size_t n)
+{
+	const uint8_t *p = memchr(st, MV_LEFT, n);
+
+	return p ? (size_t)(p - st) : n;
+}
+
 ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
 			     size_t *busy_len)
 {
@@ -68,7 +101,8 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 
 	region_folio_pages(r, fi, &first, &end);
 	for (size_t i = first; i < end && !ret;) {
-		size_t n = 0, done, dp;
+		uint8_t st[MV_MAX_PAGES];
+		size_t n = 0, left;
 
 		while (i + n < end && pg_kind(r->pages[i + n]) == PG_PRESENT)
 			n++;
@@ -76,21 +110,16 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 			i++;
 			continue;
 		}
-		ret = uffd_move(m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n * MM_PAGE, false,
-				&done);
-		dp = done / MM_PAGE;
-		for (size_t j = 0; j < dp; j++)
-			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_SHADOW;
-		atomic_fetch_add(&m->inactive, dp);
-		moved += dp;
-		if (ret == -EBUSY && busy) {
-			*busy = region_addr(r, i + dp);
-			*busy_len = (n - dp) * MM_PAGE;
+		ret = mm_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
+		moved += demoted(m, r, i, n, st);
+		left = first_left(st, n);
+		if (ret == -EBUSY && busy && left < n) {
+			*busy = region_addr(r, i + left);
+			*busy_len = (n - left) * MM_PAGE;
 		}
 		/*
-		 * -ENOENT: a hole where we count a page (the kernel zapped it after we handled its REMOVE
-		 * event; a touch zero-fills it, see fault_present()) or no vma any more (mremap/munmap whose
-		 * event is not applied yet). We cannot tell them apart here, so the page stays as it is.
+		 * -ENOENT with pages left: no vma any more (mremap/munmap whose event is not applied
+		 * yet); the pages stay as they are.
 		 */
 		i += n;
 	}
@@ -103,15 +132,18 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 /* A store no tier took: the folio goes back where it was, dirty and resident. */
 static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n)
 {
-	size_t done, dp;
+	uint8_t st[MV_MAX_PAGES];
+	size_t dp = 0;
 
-	uffd_move(m->uffd, region_addr(r, i), region_shadow(r, i), n * MM_PAGE, false, &done);
-	dp = done / MM_PAGE;
-	for (size_t j = 0; j < dp; j++)
-		r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
+	mm_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
+	for (size_t j = 0; j < n; j++) {
+		if (st[j] == MV_MOVED) {
+			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
+			dp++;
+		}
+	}
 	atomic_fetch_sub(&m->inactive, dp);
 }
-
 
 static void shadow_release(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 {
@@ -218,74 +250,36 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 
 /*
  * A span of folios [f0, f1) of @r, all locked by us, none with a shadow page, the first and the last
- * with present pages: move it to the shadow range with one UFFDIO_MOVE that skips the holes between
- * (swapped or untouched pages; their shadow slots are empty). A page we count as present may be a
- * hole after all (the kernel zapped it after its REMOVE event): the pagemap of the shadow range
- * tells which pages really arrived, and a page that did not reads as zero from now on, which is
- * what its MADV_DONTNEED asked for. Return: pages moved, or -errno if none.
+ * with present pages: move its runs of present pages to the shadow range, one UFFDIO_MOVE a run
+ * (not one for the span with ALLOW_SRC_HOLES: see mm_move()). Return: pages moved, or -errno if none.
  */
 static ssize_t demote_span(struct uswap_mm *m, struct mm_region *r, size_t f0, size_t f1, uintptr_t *busy,
 			   size_t *busy_len, size_t *busy_folio)
 {
-	struct uffdio_move mv;
-	uint64_t pm[SPAN_PAGES];
-	size_t first, end, tmp, dp, moved = 0;
+	size_t first, end, tmp, moved = 0;
 	int ret = 0;
 
 	region_folio_pages(r, f0, &first, &tmp);
 	region_folio_pages(r, f1 - 1, &tmp, &end);
-	mv = (struct uffdio_move){.dst = region_shadow(r, first),
-				  .src = region_addr(r, first),
-				  .len = (end - first) * MM_PAGE,
-				  .mode = UFFDIO_MOVE_MODE_DONTWAKE | UFFDIO_MOVE_MODE_ALLOW_SRC_HOLES};
-	if (ioctl(m->uffd_shadow, UFFDIO_MOVE, &mv))
-		ret = -errno;
-	dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
-	if (dp > end - first)
-		dp = end - first;
-	/*
-	 * The shadow's pagemap says which pages arrived, over the whole span: after an error the count
-	 * the kernel returns need not cover every page it moved before the failing one (the holes it
-	 * skipped). Before that count, a page that did not arrive was a hole (zapped); after it, a page
-	 * that did not arrive is still in the program's range.
-	 */
-	for (size_t j0 = 0; j0 < end - first && (dp || ret); j0 += SPAN_PAGES) {
-		size_t cnt = end - first - j0 < SPAN_PAGES ? end - first - j0 : SPAN_PAGES;
+	for (size_t i = first; i < end && !ret;) {
+		uint8_t st[MV_MAX_PAGES];
+		size_t n = 0, left;
 
-		if (pread(m->pagemap_fd, pm, cnt * sizeof(pm[0]),
-			  (off_t)(region_shadow(r, first + j0) / MM_PAGE * sizeof(pm[0]))) !=
-		    (ssize_t)(cnt * sizeof(pm[0]))) {
-			/* Cannot tell: trust the count. */
-			for (size_t j = 0; j < cnt; j++)
-				pm[j] = j0 + j < dp ? PM_PRESENT : 0;
-		}
-		for (size_t j = 0; j < cnt; j++) {
-			size_t i = first + j0 + j;
-			bool arrived = pm[j] & (PM_PRESENT | PM_SWAP);
-
-			if (pg_kind(r->pages[i]) != PG_PRESENT)
-				continue;
-			if (!arrived) {
-				if (j0 + j < dp) {
-					pages_put_copies(m, r, i, i + 1);
-					r->pages[i] = PG_NONE;
-					atomic_fetch_sub(&m->resident, 1);
-				}
-				continue;
-			}
-			r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
-			moved++;
-		}
-	}
-	atomic_fetch_add(&m->inactive, moved);
-	if (ret == -EBUSY) {
-		size_t i = first + dp, n = 0;
-
-		while (i + n < end && pg_kind(r->pages[i + n]) == PG_PRESENT)
+		while (i + n < end && n < MV_MAX_PAGES && pg_kind(r->pages[i + n]) == PG_PRESENT)
 			n++;
-		*busy = region_addr(r, i);
-		*busy_len = n * MM_PAGE;
-		*busy_folio = region_folio(r, region_addr(r, i));
+		if (!n) {
+			i++;
+			continue;
+		}
+		ret = mm_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
+		moved += demoted(m, r, i, n, st);
+		left = first_left(st, n);
+		if (ret == -EBUSY && left < n) {
+			*busy = region_addr(r, i + left);
+			*busy_len = (n - left) * MM_PAGE;
+			*busy_folio = region_folio(r, *busy);
+		}
+		i += n;
 	}
 	if (moved)
 		atomic_fetch_add(&m->c.demotions, 1);
@@ -342,7 +336,7 @@ static size_t front_demote(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 	uintptr_t busy = 0;
 	ssize_t got;
 
-	if (m->pagemap_fd < 0 || (atomic_load(&r->folios[fi]) & FL_SHADOW)) {
+	if (atomic_load(&r->folios[fi]) & FL_SHADOW) {
 		got = reclaim_demote_folio(m, r, fi, &busy, &busy_len);
 		busy_folio = fi;
 	} else {
