@@ -405,5 +405,107 @@ static void test_mm_tier_fails(void)
 	free(sums);
 }
 
+/* ---- MADV_DONTNEED racing with reclaim and faults ---- */
+
+struct storm {
+	unsigned char *base;
+	size_t first, end;
+	uint32_t *sums;
+	uint64_t seed;
+	long ops;
+	_Atomic size_t bad;
+	_Atomic bool done;
+	pthread_t th;
+};
+
+static void *storm_main(void *arg)
+{
+	struct storm *w = arg;
+	uint64_t s = w->seed, v = 1;
+	uint32_t zero = csum_buf((const unsigned char[PS]){0}, PS);
+
+	for (long t = 0; t < w->ops; t++) {
+		size_t i, n;
+		unsigned op;
+
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		i = w->first + (size_t)(s >> 33) % (w->end - w->first);
+		op = (unsigned)(s >> 20) % 100;
+		if (csum_buf(w->base + i * PS, PS) != w->sums[i] && atomic_fetch_add(&w->bad, 1) < 5)
+			fprintf(stderr, "[%s] page %zu differs\n", check_test, i);
+		if (op < 30) {
+			w->sums[i] = put_page(w->base + i * PS, i, 1000 + v++);
+		} else if (op < 36) {
+			/* Drop a few pages: resident, inactive, swapped or being moved right now. */
+			n = 1 + (s >> 40) % 8;
+			if (i + n > w->end)
+				n = w->end - i;
+			CHECK_EQ(madvise(w->base + i * PS, n * PS, MADV_DONTNEED), 0);
+			for (size_t k = i; k < i + n; k++)
+				w->sums[k] = zero;
+		}
+	}
+	atomic_store(&w->done, true);
+	return NULL;
+}
+
+/*
+ * Three threads, each in its own part of a region 8x the limit, read, write and MADV_DONTNEED
+ * random pages while reclaim demotes and evicts around them: every page read back holds what was
+ * last written, or zeros after a DONTNEED. A zap racing with a move is what once made the kernel's
+ * UFFDIO_MOVE spin for ever (see mm_move()): the test fails after a deadline instead of hanging.
+ */
+static void test_mm_madvise_storm(void)
+{
+	const size_t n = 8192, nw = 3;
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct storm w[3];
+	unsigned char *p;
+	bool finished = true;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	for (size_t k = 0; k < nw; k++) {
+		w[k] = (struct storm){.base = p, .first = k * n / nw, .end = (k + 1) * n / nw, .sums = sums,
+				      .seed = seed_for(k + 77), .ops = 40000};
+		pthread_create(&w[k].th, NULL, storm_main, &w[k]);
+	}
+	for (int waited = 0; waited < 600; waited++) {
+		bool all = true;
+
+		for (size_t k = 0; k < nw; k++)
+			all = all && atomic_load(&w[k].done);
+		if (all)
+			break;
+		sleep(1);
+	}
+	for (size_t k = 0; k < nw; k++)
+		finished = finished && atomic_load(&w[k].done);
+	if (!finished) {
+		fprintf(stderr, "[%s] the threads did not finish in 600 s: a fault or a move never returned\n",
+			check_test);
+		CHECK(0);
+		fflush(NULL);
+		_exit(1);
+	}
+	for (size_t k = 0; k < nw; k++) {
+		pthread_join(w[k].th, NULL);
+		CHECK_EQ(atomic_load(&w[k].bad), 0);
+	}
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	struct uswap_mm_stats st;
+	uswap_mm_stats(m, &st);
+	CHECK(st.swapins > 0);
+	CHECK(st.events_remove > 0);
+	CHECK_EQ(st.load_failures, 0);
+	check_accounting(m);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
-	   T(test_mm_tier_fails))
+	   T(test_mm_tier_fails), T(test_mm_madvise_storm))

@@ -2,7 +2,8 @@
  * test_run.c - `uswap run` with real programs from Debian's packages: each runs once plainly and once
  * under a limit well below what it uses, and the two outputs must be identical; the summary written
  * with --stats-json must show that pages really went through the swap layer. Also: a program that
- * forks and execs, a multithreaded one, exit status and death by signal passed through, bad options.
+ * forks and execs, a multithreaded one, awk started by a shell (its figures among the descendants),
+ * exit status and death by signal passed through, bad options.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -173,6 +174,43 @@ static void sort_file(void)
 	same_output("16M", cmd, true);
 }
 
+/*
+ * mawk (Debian's awk), started by a shell, fills an array from a shuffled file and sums it in its
+ * END loop (random access over the whole heap); the summary names it among the descendants, with
+ * swapping seen there, since the shell itself swaps nothing.
+ */
+static void awk_under_shell(void)
+{
+	char in[300], prog[600], stats[300];
+	size_t n = 150000, ls;
+	FILE *f;
+
+	snprintf(in, sizeof(in), "%s/nums.txt", tmpdir);
+	f = fopen(in, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "%u\n", (unsigned)(seed_for(i) % 1000000000u));
+	fclose(f);
+	snprintf(prog, sizeof(prog), "awk '{a[NR]=$1} END{s=0; for(i in a) s+=a[i]; printf \"%%d %%.0f\\n\", length(a), s}' %s", in);
+	char *cmd[] = { "/bin/sh", "-c", prog, NULL };
+	same_output("12M", cmd, false);
+
+	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
+	char *js = slurp(stats, &ls), *awk = js ? strstr(js, "\"descendants\":[") : NULL;
+	awk = awk ? strstr(awk, "\"comm\":\"awk\"") : NULL;
+	if (!awk)
+		fprintf(stderr, "[%s] no awk among the descendants: %s\n", check_test, js ? js : "(no stats)");
+	CHECK(awk != NULL);
+	if (awk) {
+		CHECK(json_num(awk, "evicted_pages") > 0);
+		CHECK(json_num(awk, "swapins") > 0);
+		CHECK_EQ(json_num(awk, "load_failures"), 0);
+	}
+	free(js);
+}
+
 /* A shell that forks (command substitution) and execs python3 and sort: children start clean. */
 static void fork_and_exec(void)
 {
@@ -306,7 +344,7 @@ static int cleanup_dir(void)
 
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(static_binary_refused), T(python_dict),
-	T(sort_file), T(fork_and_exec), T(threads),
+	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell),
 };
 
 int main(int argc, char **argv)
@@ -315,8 +353,8 @@ int main(int argc, char **argv)
 		check_skip("a sanitizer build's preload library cannot go into uninstrumented programs");
 	if (access(uswap_bin, X_OK))
 		check_skip("no uswap binary in $BUILD");
-	if (access("/usr/bin/python3", X_OK) || access("/usr/bin/sort", X_OK))
-		check_skip("python3 or sort missing (scripts/deps.sh installs them)");
+	if (access("/usr/bin/python3", X_OK) || access("/usr/bin/sort", X_OK) || access("/usr/bin/awk", X_OK))
+		check_skip("python3, sort or awk missing (scripts/deps.sh installs them)");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
 		return 1;

@@ -12,6 +12,12 @@ struct live_stats;
 #include <stdio.h>
 void live_print_text(FILE *f, const struct live_stats *l);
 int live_read(int pid, struct live_stats *out);
+/*
+ * live_collect() - the statistics of every process run under the `uswap run` of pid @run_pid
+ * (running or exited), sorted by pid, in *out (malloc'd, *nr of them). Return: 0; -ENOMEM.
+ */
+#include <stddef.h>
+int live_collect(int run_pid, struct live_stats **out, size_t *nr);
 int bench_core(int argc, char **argv);
 int bench_remote(int argc, char **argv);
 int bench_file(int argc, char **argv);

@@ -155,8 +155,8 @@ static void forward(int sig)
 }
 
 /*
- * Programs that end with _exit() (shells do) or by a signal leave their live file behind: remove
- * those of processes that no longer exist, if they are ours.
+ * Statistics files no runner will collect: those of processes that no longer exist, if they are
+ * ours, unless the `uswap run` they ran under still lives (it removes them itself).
  */
 static void sweep_stale_live_files(void)
 {
@@ -166,26 +166,120 @@ static void sweep_stale_live_files(void)
 	if (!d)
 		return;
 	while ((e = readdir(d))) {
+		struct live_stats l;
 		char path[300];
 		struct stat st;
-		int pid;
+		int pid, fd;
 
 		if (strncmp(e->d_name, "uswap.", 6) || (pid = atoi(e->d_name + 6)) <= 0)
 			continue;
+		if (!kill(pid, 0) || errno != ESRCH)
+			continue;
 		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
-		if (kill(pid, 0) && errno == ESRCH && !lstat(path, &st) && S_ISREG(st.st_mode) &&
-		    st.st_uid == getuid())
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		bool theirs = fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+			      (pread(fd, &l, sizeof(l), 0) == (ssize_t)sizeof(l) && l.magic == LIVE_MAGIC &&
+			       l.run_pid > 0 && l.run_pid != (int)getpid() && !kill(l.run_pid, 0));
+		close(fd);
+		if (!theirs)
 			unlink(path);
 	}
 	closedir(d);
 }
 
+/* Most swapping first. */
+static int by_evictions(const void *a, const void *b)
+{
+	const struct live_stats *x = a, *y = b;
+	uint64_t ex = x->mm.evicted_pages + x->mm.swapin_pages, ey = y->mm.evicted_pages + y->mm.swapin_pages;
+
+	return (ex < ey) - (ex > ey);
+}
+
+#define SUMMARY_MAX_DESC 8
+
+/*
+ * The summary at exit: the program's own figures, and those of the processes it started (each
+ * exec starts an instance of its own, with the same limit), the busiest first.
+ */
+static void summarize(int child, const char *stats, bool summary)
+{
+	struct live_stats *all = NULL, *main = NULL, *desc;
+	size_t n = 0, nd = 0;
+
+	live_collect((int)getpid(), &all, &n);
+	for (size_t i = 0; i < n; i++)
+		if (all[i].pid == child)
+			main = &all[i];
+	if (main && main != all) {
+		struct live_stats t = *main;
+
+		*main = all[0];
+		all[0] = t;
+		main = all;
+	}
+	desc = main ? all + 1 : all;
+	nd = main ? n - 1 : n;
+	if (nd > 1)
+		qsort(desc, nd, sizeof(*desc), by_evictions);
+	if (stats) {
+		FILE *f = fopen(stats, "w");
+
+		if (!f) {
+			fprintf(stderr, "uswap: run: cannot write %s: %s\n", stats, strerror(errno));
+		} else {
+			if (main)
+				live_print_json(f, main, desc, nd);
+			else
+				fprintf(f, "{\"pid\":%d,\"error\":\"no statistics were published\"}\n", child);
+			fclose(f);
+		}
+	}
+	if (summary && n) {
+		size_t shown = 0, quiet = 0;
+
+		if (main) {
+			fputs("uswap: ", stderr);
+			live_print_text(stderr, main);
+		}
+		if (nd)
+			fprintf(stderr, "uswap: %zu more process%s started by the program ran under uswap, each with "
+				"an instance and a limit of its own\n", nd, nd > 1 ? "es" : "");
+		for (size_t i = 0; i < nd; i++) {
+			if (desc[i].mm.evicted_pages + desc[i].mm.swapin_pages == 0)
+				quiet++;
+			else if (shown++ < SUMMARY_MAX_DESC) {
+				fputs("uswap: ", stderr);
+				live_print_text(stderr, &desc[i]);
+			}
+		}
+		if (shown > SUMMARY_MAX_DESC)
+			fprintf(stderr, "uswap: and %zu more that swapped\n", shown - SUMMARY_MAX_DESC);
+		if (nd && quiet)
+			fprintf(stderr, "uswap: %zu of them did not swap\n", quiet);
+	}
+	/* Files of processes still running (a daemon the program left) stay for `uswap stat`. */
+	for (size_t i = 0; i < n; i++) {
+		char path[64];
+
+		if (all[i].exited || (kill(all[i].pid, 0) && errno == ESRCH)) {
+			snprintf(path, sizeof(path), LIVE_PATH_FMT, all[i].pid);
+			unlink(path);
+		}
+	}
+	free(all);
+	sweep_stale_live_files();
+}
+
 static int run_and_wait(const char *prog, char *const argv[], const char *stats, bool summary)
 {
 	struct sigaction sa = { .sa_handler = forward }, ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
-	struct live_stats last;
-	int st, have;
+	int st;
+	char me[32];
 
+	snprintf(me, sizeof(me), "%d", (int)getpid());
 	sigaction(SIGINT, &ign, &old_int);
 	sigaction(SIGQUIT, &ign, &old_quit);
 	g_child = fork();
@@ -194,10 +288,7 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 		return 1;
 	}
 	if (g_child == 0) {
-		char me[32];
-
-		snprintf(me, sizeof(me), "%d", (int)getpid());
-		setenv("USWAP_LIVE_KEEP", me, 1); /* only the program's own file outlives it */
+		setenv("USWAP_RUN", me, 1); /* our pid: the processes' statistics files wait for us */
 		sigaction(SIGINT, &old_int, NULL);
 		sigaction(SIGQUIT, &old_quit, NULL);
 		execv(prog, argv);
@@ -208,28 +299,7 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	sigaction(SIGHUP, &sa, NULL);
 	while (waitpid(g_child, &st, 0) < 0 && errno == EINTR)
 		;
-	have = live_read((int)g_child, &last) == 0;
-	if (stats) {
-		FILE *f = fopen(stats, "w");
-
-		if (!f) {
-			fprintf(stderr, "uswap: run: cannot write %s: %s\n", stats, strerror(errno));
-		} else {
-			if (have)
-				live_print_json(f, &last);
-			else
-				fprintf(f, "{\"pid\":%d,\"error\":\"no statistics were published\"}\n", (int)g_child);
-			fclose(f);
-		}
-	}
-	if (summary && have) {
-		fputs("uswap: ", stderr);
-		live_print_text(stderr, &last);
-	}
-	char path[64];
-	snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_child);
-	unlink(path);
-	sweep_stale_live_files();
+	summarize((int)g_child, stats, summary);
 	if (WIFSIGNALED(st)) {
 		int sig = WTERMSIG(st);
 

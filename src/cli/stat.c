@@ -1,7 +1,9 @@
 /*
  * stat.c - `uswap stat PID [--watch] [--json]`: the live statistics of a program under `uswap run`,
- * read from the shared file its preload library rewrites every 200 ms (util/live.h).
+ * read from the shared file its preload library rewrites every LIVE_PERIOD_MS (util/live.h). The PID of a
+ * `uswap run` shows every process it runs.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -10,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,7 +44,8 @@ void live_print_text(FILE *f, const struct live_stats *l)
 	const struct uswap_mm_stats *m = &l->mm;
 	const struct uswap_stats *s = &l->swap;
 
-	fprintf(f, "pid %d%s  tiers %s\n", l->pid, l->exited ? " (exited)" : "", l->tiers);
+	fprintf(f, "pid %d (%.*s)%s  tiers %s\n", l->pid, (int)sizeof(l->comm), l->comm, l->exited ? " (exited)" : "",
+		l->tiers);
 	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n",
 	       mib(m->resident_bytes), mib(m->limit_bytes), mib(m->inactive_bytes), mib(m->swapped_bytes),
 	       (unsigned long long)m->regions, mib(m->region_bytes));
@@ -85,6 +89,97 @@ int live_read(int pid, struct live_stats *out)
 	return ret;
 }
 
+static int by_pid(const void *a, const void *b)
+{
+	const struct live_stats *x = a, *y = b;
+
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+int live_collect(int run_pid, struct live_stats **out, size_t *nr)
+{
+	DIR *d = opendir("/dev/shm");
+	struct live_stats *all = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+
+	*out = NULL;
+	*nr = 0;
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		struct stat st;
+		char path[300];
+		int fd;
+
+		if (strncmp(e->d_name, "uswap.", 6) || atoi(e->d_name + 6) <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+		    st.st_size < (off_t)sizeof(struct live_stats)) {
+			close(fd);
+			continue;
+		}
+		const struct live_stats *shm = mmap(NULL, sizeof(*shm), PROT_READ, MAP_SHARED, fd, 0);
+		close(fd);
+		if (shm == MAP_FAILED)
+			continue;
+		if (shm->magic == LIVE_MAGIC && shm->run_pid == run_pid) {
+			if (n == cap) {
+				struct live_stats *bigger = realloc(all, (cap = cap ? 2 * cap : 8) * sizeof(*all));
+
+				if (!bigger) {
+					munmap((void *)shm, sizeof(*shm));
+					free(all);
+					closedir(d);
+					return -ENOMEM;
+				}
+				all = bigger;
+			}
+			if (!snapshot(shm, &all[n]))
+				n++;
+		}
+		munmap((void *)shm, sizeof(*shm));
+	}
+	closedir(d);
+	if (n)
+		qsort(all, n, sizeof(*all), by_pid);
+	*out = all;
+	*nr = n;
+	return 0;
+}
+
+/* `uswap stat PID` of a `uswap run`: every process it runs (a program may start others). */
+static int stat_run(int pid, bool watch, bool json)
+{
+	for (;;) {
+		struct live_stats *all;
+		size_t n;
+
+		if (live_collect(pid, &all, &n) || !n) {
+			free(all);
+			fprintf(stderr, "uswap: stat: no statistics for pid %d: is it running under `uswap run`?\n", pid);
+			return 1;
+		}
+		if (watch && !json)
+			fputs("\033[H\033[2J", stdout);
+		for (size_t i = 0; i < n; i++) {
+			if (json)
+				live_print_json(stdout, &all[i], NULL, 0);
+			else
+				live_print_text(stdout, &all[i]);
+		}
+		fflush(stdout);
+		free(all);
+		if (!watch || kill(pid, 0))
+			return 0;
+		sleep(1);
+	}
+}
+
 int cmd_stat(int argc, char **argv)
 {
 	bool watch = false, json = false;
@@ -109,6 +204,8 @@ int cmd_stat(int argc, char **argv)
 		return cli_usage_error("stat: which PID?");
 	snprintf(path, sizeof(path), LIVE_PATH_FMT, pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		return stat_run(pid, watch, json);
 	if (fd < 0) {
 		fprintf(stderr, "uswap: stat: no statistics for pid %d (%s): is it running under `uswap run`?\n", pid,
 			strerror(errno));
@@ -130,7 +227,7 @@ int cmd_stat(int argc, char **argv)
 		if (watch && !json)
 			fputs("\033[H\033[2J", stdout);
 		if (json)
-			live_print_json(stdout, &l);
+			live_print_json(stdout, &l, NULL, 0);
 		else
 			live_print_text(stdout, &l);
 		fflush(stdout);

@@ -14,7 +14,8 @@
  * made from here carry a thread-local mark, and under the mark malloc is glibc's and mmap is plain.
  * A fork child keeps plain copies (the instance brings every page in before fork) and stays unmanaged;
  * a program that execs starts its own instance from the inherited environment.
- * Live statistics: /dev/shm/uswap.PID (see util/live.h), for `uswap stat`.
+ * Live statistics: /dev/shm/uswap.PID (see util/live.h), for `uswap stat`. Under `uswap run` (USWAP_RUN
+ * names it) the file outlives the process: the runner sums up every process it ran, then removes them.
  */
 /* Our mmap and mmap64 are two symbols: the header must not rename one into the other. */
 #undef _FILE_OFFSET_BITS
@@ -23,6 +24,7 @@
 #include <fcntl.h>
 #include <mimalloc.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +60,7 @@ static size_t g_min_map = DEFAULT_MIN_MAP;
 static __thread int t_internal;    /* a library thread, or a call from here */
 
 static struct live_stats *g_live;
+static int32_t g_run_pid;          /* USWAP_RUN: the `uswap run` that collects our figures at the end */
 static pthread_t g_live_thread;
 static char g_stats_json[4096];
 static char g_tiers[256];
@@ -354,6 +358,8 @@ static void live_start(void)
 	}
 	g_live->magic = LIVE_MAGIC;
 	g_live->pid = (int32_t)g_pid;
+	g_live->run_pid = g_run_pid;
+	prctl(PR_GET_NAME, g_live->comm);
 	g_live->started_ns = now_ns();
 	snprintf(g_live->tiers, sizeof(g_live->tiers), "%s", g_tiers);
 	live_update();
@@ -376,7 +382,7 @@ static void write_stats_json(void)
 	snprintf(l.tiers, sizeof(l.tiers), "%s", g_tiers);
 	uswap_mm_stats(g_mm, &l.mm);
 	uswap_stats(uswap_mm_swap(g_mm), &l.swap);
-	live_print_json(f, &l);
+	live_print_json(f, &l, NULL, 0);
 	fclose(f);
 }
 
@@ -426,6 +432,8 @@ __attribute__((constructor(101))) static void preload_init(void)
 			fail("USWAP_MIN_MAP", -EINVAL);
 		g_min_map = (size_t)v;
 	}
+	if ((s = getenv("USWAP_RUN")) && *s)
+		g_run_pid = (int32_t)atoi(s);
 	/* The summary is the program's: `uswap run` names its pid, so children do not overwrite it. */
 	if ((s = getenv("USWAP_STATS_JSON")) && *s) {
 		const char *who = getenv("USWAP_STATS_PID");
@@ -472,9 +480,8 @@ __attribute__((destructor)) static void preload_fini(void)
 		live_update();
 		g_live->exited = 1;
 	}
-	/* `uswap run` reads the last figures after we are gone, and removes the file itself. */
-	const char *keep = getenv("USWAP_LIVE_KEEP");
-	if (!keep || atoi(keep) != (int)g_pid) {
+	/* `uswap run` reads the last figures of every process it ran after they are gone, and removes the files. */
+	if (!g_run_pid || kill(g_run_pid, 0)) {
 		snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_pid);
 		unlink(path);
 	}

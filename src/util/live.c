@@ -6,17 +6,38 @@
 
 #include "util/live.h"
 
-void live_print_json(FILE *f, const struct live_stats *l)
+/* @s as a JSON string: a program's name or a file name may hold quotes or control characters. */
+static void print_str(FILE *f, const char *s, size_t max)
+{
+	fputc('"', f);
+	for (size_t i = 0; i < max && s[i]; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void print_one(FILE *f, const struct live_stats *l)
 {
 	const struct uswap_mm_stats *m = &l->mm;
 	const struct uswap_stats *s = &l->swap;
 
-	fprintf(f, "{\"pid\":%d,\"exited\":%s,\"tiers\":\"%s\",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
+	fprintf(f, "{\"pid\":%d,\"comm\":", l->pid);
+	print_str(f, l->comm, sizeof(l->comm));
+	fprintf(f, ",\"exited\":%s,\"tiers\":", l->exited ? "true" : "false");
+	print_str(f, l->tiers, sizeof(l->tiers));
+	fprintf(f, ",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
 	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
 	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
 	       "\"soft_faults\":%llu,\"store_failures\":%llu,\"load_failures\":%llu,\"mm_meta_bytes\":%llu,"
 	       "\"swap_meta_bytes\":%llu,\"tier\":[",
-	       l->pid, l->exited ? "true" : "false", l->tiers, (unsigned long long)m->limit_bytes,
+	       (unsigned long long)m->limit_bytes,
 	       (unsigned long long)m->resident_bytes, (unsigned long long)m->swapped_bytes,
 	       (unsigned long long)m->swapins, m->swapin_ns_p50 / 1e3, m->swapin_ns_p99 / 1e3,
 	       (unsigned long long)m->evictions, (unsigned long long)m->evicted_pages,
@@ -27,12 +48,29 @@ void live_print_json(FILE *f, const struct live_stats *l)
 	for (unsigned t = 0; t < s->nr_tiers; t++) {
 		const struct uswap_tier_stats *ts = &s->tier[t];
 
-		fprintf(f, "%s{\"spec\":\"%s\",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
+		fprintf(f, "%s{\"spec\":", t ? "," : "");
+		print_str(f, ts->spec, sizeof(ts->spec));
+		fprintf(f, ",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
 		       "\"loads\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,\"errors\":%llu}",
-		       t ? "," : "", ts->spec, (unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
+		       (unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
 		       (unsigned long long)ts->used_bytes, (unsigned long long)ts->stores,
 		       (unsigned long long)ts->loads, (unsigned long long)ts->writeback_in,
 		       (unsigned long long)ts->writeback_out, (unsigned long long)ts->errors);
 	}
-	fprintf(f, "]}\n");
+	fprintf(f, "]");
+}
+
+void live_print_json(FILE *f, const struct live_stats *l, const struct live_stats *desc, size_t nr_desc)
+{
+	print_one(f, l);
+	if (nr_desc) {
+		fprintf(f, ",\"descendants\":[");
+		for (size_t i = 0; i < nr_desc; i++) {
+			fputs(i ? "," : "", f);
+			print_one(f, &desc[i]);
+			fputc('}', f);
+		}
+		fputc(']', f);
+	}
+	fputs("}\n", f);
 }

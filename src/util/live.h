@@ -11,7 +11,7 @@
 
 #include "uswap.h"
 
-#define LIVE_MAGIC 0x7573776170737431ull /* "uswapst1" */
+#define LIVE_MAGIC 0x7573776170737432ull /* "uswapst2" */
 #define LIVE_PERIOD_MS 500
 #define LIVE_PATH_FMT "/dev/shm/uswap.%d"
 
@@ -20,6 +20,8 @@ struct live_stats {
 	volatile uint64_t seq; /* odd while being written */
 	int32_t pid;
 	uint32_t exited;
+	int32_t run_pid;        /* the `uswap run` this process runs under (0: none) */
+	char comm[16];          /* the program's name, as in /proc/PID/comm */
 	uint64_t updated_ns;    /* CLOCK_REALTIME */
 	uint64_t started_ns;
 	char tiers[256];
@@ -27,7 +29,10 @@ struct live_stats {
 	struct uswap_stats swap;
 };
 
-/* live_print_json() - @l as one line of JSON on @f. */
-void live_print_json(FILE *f, const struct live_stats *l);
+/*
+ * live_print_json() - @l as one line of JSON on @f, with @nr_desc more processes of the same
+ * `uswap run` (@desc) as its "descendants" array when @nr_desc > 0.
+ */
+void live_print_json(FILE *f, const struct live_stats *l, const struct live_stats *desc, size_t nr_desc);
 
 #endif
