@@ -746,6 +746,15 @@ static void *handler_main(void *arg)
 		for (size_t i = 0; i < nr; i++)
 			if (msgs[i].event != UFFD_EVENT_PAGEFAULT)
 				apply_event(m, &msgs[i], seq, ev++);
+		if (nr == nev)
+			continue;
+		/*
+		 * Events another handler read before these faults may still be applying: the kernel
+		 * zaps a MADV_DONTNEED range once its REMOVE is read, so a fault here may be a touch
+		 * after the zap, and the page must then read zero, not come back from swap.
+		 */
+		while (atomic_load_explicit(&m->ev_applied, memory_order_acquire) < ev)
+			sched_yield();
 		for (size_t i = 0; i < nr; i++)
 			if (msgs[i].event == UFFD_EVENT_PAGEFAULT)
 				on_pagefault(h, &msgs[i]);
