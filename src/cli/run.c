@@ -238,27 +238,25 @@ static void summarize(int child, const char *stats, bool summary)
 		}
 	}
 	if (summary && n) {
-		size_t shown = 0, quiet = 0;
+		size_t shown = 0;
 
 		if (main) {
 			fputs("uswap: ", stderr);
 			live_print_text(stderr, main);
 		}
-		if (nd)
-			fprintf(stderr, "uswap: %zu more process%s started by the program ran under uswap, each with "
-				"an instance and a limit of its own\n", nd, nd > 1 ? "es" : "");
 		for (size_t i = 0; i < nd; i++) {
 			if (desc[i].mm.evicted_pages + desc[i].mm.swapin_pages == 0)
-				quiet++;
-			else if (shown++ < SUMMARY_MAX_DESC) {
+				continue;
+			if (!shown)
+				fprintf(stderr, "uswap: programs it started that swapped (each with an instance and a "
+					"limit of its own):\n");
+			if (shown++ < SUMMARY_MAX_DESC) {
 				fputs("uswap: ", stderr);
 				live_print_text(stderr, &desc[i]);
 			}
 		}
 		if (shown > SUMMARY_MAX_DESC)
 			fprintf(stderr, "uswap: and %zu more that swapped\n", shown - SUMMARY_MAX_DESC);
-		if (nd && quiet)
-			fprintf(stderr, "uswap: %zu of them did not swap\n", quiet);
 	}
 	/* Files of processes still running (a daemon the program left) stay for `uswap stat`. */
 	for (size_t i = 0; i < n; i++) {

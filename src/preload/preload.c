@@ -480,8 +480,14 @@ __attribute__((destructor)) static void preload_fini(void)
 		live_update();
 		g_live->exited = 1;
 	}
-	/* `uswap run` reads the last figures of every process it ran after they are gone, and removes the files. */
-	if (!g_run_pid || kill(g_run_pid, 0)) {
+	/*
+	 * `uswap run` reads the last figures after we are gone, and removes the file: those of its own
+	 * child, and of the programs started under it that swapped (a build may start thousands that
+	 * did not, and each file is memory in /dev/shm).
+	 */
+	bool keep = g_run_pid && !kill(g_run_pid, 0) &&
+		    (getppid() == g_run_pid || (g_live && g_live->mm.evicted_pages + g_live->mm.swapin_pages));
+	if (!keep) {
 		snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_pid);
 		unlink(path);
 	}
