@@ -19,7 +19,14 @@ z_comp=$(cat $zs/compressor 2>/dev/null || echo lzo)
 z_shr=$(cat $zs/shrinker_enabled 2>/dev/null || echo N)
 cleanup() {
 	if [ -d "$cg" ]; then
-		while read -r p; do echo "$p" > /sys/fs/cgroup/memory/cgroup.procs; done < "$cg/cgroup.procs"
+		# Whatever is left in the cgroup (the command, when we are interrupted) goes with us.
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			left=$(cat "$cg/cgroup.procs")
+			[ -n "$left" ] || break
+			# shellcheck disable=SC2086
+			kill -KILL $left 2>/dev/null
+			sleep 0.5
+		done
 		rmdir "$cg"
 	fi
 	swapoff "$sf" 2>/dev/null; rm -f "$sf"
