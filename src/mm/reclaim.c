@@ -93,18 +93,22 @@ static size_t first_left(const uint8_t *st, size_t n)
 	return p ? (size_t)(p - st) : n;
 }
 
-ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
-			     size_t *busy_len)
+/*
+ * Move the runs of present pages in [first, end) of @r to the shadow range, one UFFDIO_MOVE a run.
+ * On -EBUSY, *busy and *busy_len (if @busy) name the pages that would not move. Context: the folios
+ * locked. Return: pages demoted, or -errno if none.
+ */
+static ssize_t demote_pages(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end, uintptr_t *busy,
+			    size_t *busy_len)
 {
-	size_t first, end, moved = 0;
+	size_t moved = 0;
 	int ret = 0;
 
-	region_folio_pages(r, fi, &first, &end);
 	for (size_t i = first; i < end && !ret;) {
 		uint8_t st[MV_MAX_PAGES];
 		size_t n = 0, left;
 
-		while (i + n < end && pg_kind(r->pages[i + n]) == PG_PRESENT)
+		while (i + n < end && n < MV_MAX_PAGES && pg_kind(r->pages[i + n]) == PG_PRESENT)
 			n++;
 		if (!n) {
 			i++;
@@ -123,10 +127,21 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 		 */
 		i += n;
 	}
-	folio_summarize(r, fi);
 	if (moved)
 		atomic_fetch_add(&m->c.demotions, 1);
 	return ret && !moved ? ret : (ssize_t)moved;
+}
+
+ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
+			     size_t *busy_len)
+{
+	size_t first, end;
+	ssize_t got;
+
+	region_folio_pages(r, fi, &first, &end);
+	got = demote_pages(m, r, first, end, busy, busy_len);
+	folio_summarize(r, fi);
+	return got;
 }
 
 /* A store no tier took: the folio goes back where it was, dirty and resident. */
@@ -256,34 +271,15 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 static ssize_t demote_span(struct uswap_mm *m, struct mm_region *r, size_t f0, size_t f1, uintptr_t *busy,
 			   size_t *busy_len, size_t *busy_folio)
 {
-	size_t first, end, tmp, moved = 0;
-	int ret = 0;
+	size_t first, end, tmp;
+	ssize_t got;
 
 	region_folio_pages(r, f0, &first, &tmp);
 	region_folio_pages(r, f1 - 1, &tmp, &end);
-	for (size_t i = first; i < end && !ret;) {
-		uint8_t st[MV_MAX_PAGES];
-		size_t n = 0, left;
-
-		while (i + n < end && n < MV_MAX_PAGES && pg_kind(r->pages[i + n]) == PG_PRESENT)
-			n++;
-		if (!n) {
-			i++;
-			continue;
-		}
-		ret = mm_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
-		moved += demoted(m, r, i, n, st);
-		left = first_left(st, n);
-		if (ret == -EBUSY && left < n) {
-			*busy = region_addr(r, i + left);
-			*busy_len = (n - left) * MM_PAGE;
-			*busy_folio = region_folio(r, *busy);
-		}
-		i += n;
-	}
-	if (moved)
-		atomic_fetch_add(&m->c.demotions, 1);
-	return ret && !moved ? ret : (ssize_t)moved;
+	got = demote_pages(m, r, first, end, busy, busy_len);
+	if (*busy_len)
+		*busy_folio = region_folio(r, *busy);
+	return got;
 }
 
 static size_t folio_present_pages(struct mm_region *r, size_t fi)
