@@ -507,5 +507,94 @@ static void test_mm_madvise_storm(void)
 	free(sums);
 }
 
+/*
+ * Protection changes inside registered ranges, as language runtimes make them: a region made
+ * read-only while its pages are swapped and inactive (a swap-in cannot move a page into a read-only
+ * vma: it copies), a guard page inside a region (first touches around it must not span the two
+ * vmas), and a PROT_NONE reservation committed and decommitted piecewise with mprotect() and with
+ * mmap(MAP_FIXED) (whose UNMAP event uswap_register() waits for).
+ */
+static void test_mm_mprotect(void)
+{
+	const size_t n = 4096, chunk = 64; /* pages: 16 MiB, committed 256 KiB at a time */
+	struct uswap_mm *m = mm_new(2 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p, *q;
+	size_t bad = 0;
+
+	if (!m)
+		return;
+	alarm(300); /* a fault that is never resolved loops: fail instead of hanging */
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	CHECK_EQ(mprotect(p, n * PS, PROT_READ), 0);
+	for (size_t i = n; i-- > 0;) /* newest first: those are resident or inactive */
+		bad += csum_buf(p + i * PS, PS) != sums[i];
+	bad += verify_range(p, 0, n, sums);
+	CHECK_EQ(mprotect(p, n * PS, PROT_READ | PROT_WRITE), 0);
+	for (size_t i = 1; i < n; i += 2)
+		sums[i] = put_page(p + i * PS, i, 1);
+	bad += verify_range(p, 0, n, sums);
+	CHECK_EQ(bad, 0);
+
+	/* A guard page in a fresh region: every page around it still comes in. */
+	CHECK_EQ(uswap_map(m, 256 * PS, 0, (void **)&q), 0);
+	CHECK_EQ(mprotect(q + 5 * PS, PS, PROT_NONE), 0);
+	CHECK_EQ(mprotect(q + 9 * PS, 2 * PS, PROT_READ), 0);
+	for (size_t i = 0; i < 256; i++)
+		if (i != 5)
+			CHECK_EQ(q[i * PS + 7], 0);
+	for (size_t i = 0; i < 256; i++)
+		if (i != 5 && i != 9 && i != 10)
+			q[i * PS] = (unsigned char)(i + 1);
+	CHECK_EQ(mprotect(q + 5 * PS, PS, PROT_READ | PROT_WRITE), 0);
+	CHECK_EQ(mprotect(q + 9 * PS, 2 * PS, PROT_READ | PROT_WRITE), 0);
+	q[5 * PS] = 6;
+	q[9 * PS] = 10;
+	q[10 * PS] = 11;
+	uswap_mm_shrink(m, 0);
+	for (size_t i = 0; i < 256; i++)
+		if (q[i * PS] != (unsigned char)(i + 1) && bad++ < 5)
+			fprintf(stderr, "[%s] guard region page %zu differs\n", check_test, i);
+	CHECK_EQ(bad, 0);
+	CHECK_EQ(uswap_unmap(m, q, 256 * PS), 0);
+
+	/* A reservation: registered PROT_NONE, its parts made read-write as they are needed. */
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	p = mmap(NULL, n * PS, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(p != MAP_FAILED);
+	CHECK_EQ(uswap_register(m, p, n * PS, 0), 0);
+	for (size_t c = 0; c < n; c += chunk) {
+		CHECK_EQ(mprotect(p + c * PS, chunk * PS, PROT_READ | PROT_WRITE), 0);
+		for (size_t i = c; i < c + chunk; i++)
+			sums[i] = put_page(p + i * PS, i, 2);
+	}
+	/* Decommit [0, 512) with mprotect (the pages stay), [512, 1024) with a new mapping. */
+	CHECK_EQ(mprotect(p, 512 * PS, PROT_NONE), 0);
+	CHECK(mmap(p + 512 * PS, 512 * PS, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+		   0) == p + 512 * PS);
+	CHECK_EQ(uswap_register(m, p + 512 * PS, 512 * PS, 0), 0);
+	for (int pass = 0; pass < 2; pass++)
+		CHECK_EQ(verify_range(p, 1024, n, sums), 0);
+	CHECK_EQ(mprotect(p, 1024 * PS, PROT_READ | PROT_WRITE), 0);
+	CHECK_EQ(verify_range(p, 0, 512, sums), 0);
+	for (size_t i = 512; i < 1024; i++) {
+		CHECK(page_is_zero(p + i * PS));
+		sums[i] = put_page(p + i * PS, i, 3);
+	}
+	CHECK_EQ(verify_range(p, 0, n, sums), 0);
+	struct uswap_mm_stats st;
+	uswap_mm_stats(m, &st);
+	CHECK(st.swapins > 0);
+	CHECK_EQ(st.load_failures, 0);
+	check_accounting(m);
+	CHECK_EQ(uswap_unregister(m, p, n * PS), 0);
+	munmap(p, n * PS);
+	alarm(0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
-	   T(test_mm_tier_fails), T(test_mm_madvise_storm))
+	   T(test_mm_tier_fails), T(test_mm_madvise_storm), T(test_mm_mprotect))

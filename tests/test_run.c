@@ -3,7 +3,8 @@
  * under a limit well below what it uses, and the two outputs must be identical; the summary written
  * with --stats-json must show that pages really went through the swap layer. Also: a program that
  * forks and execs, a multithreaded one, awk started by a shell (its figures among the descendants),
- * exit status and death by signal passed through, bad options.
+ * a heap on a PROT_NONE reservation committed with mprotect(), exit status and death by signal passed
+ * through, bad options.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -215,6 +216,63 @@ static void awk_under_shell(void)
 	free(js);
 }
 
+/*
+ * A heap of its own on a PROT_NONE reservation, as JavaScript engines and other runtimes keep one:
+ * python3 (through ctypes) reserves 64 MB, makes it read-write 256 KB at a time with mprotect() and
+ * fills it, decommits parts (mprotect + MADV_DONTNEED, and a new PROT_NONE mapping over a part),
+ * reads, recommits and checks that those read zero, then hashes everything. Under 16M the heap must
+ * have gone through the layer: more pages evicted than the whole program could hold resident.
+ */
+static void reserved_heap(void)
+{
+	char script[300], stats[300];
+
+	snprintf(script, sizeof(script), "%s/reserve.py", tmpdir);
+	write_file(script,
+		   "import ctypes, hashlib, sys\n"
+		   "libc = ctypes.CDLL(None, use_errno=True)\n"
+		   "libc.mmap.restype = ctypes.c_void_p\n"
+		   "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+		   "libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+		   "libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+		   "NONE, RW, ANON, FIXED, DONTNEED = 0, 3, 0x02 | 0x20 | 0x4000, 0x10, 4\n"
+		   "PAGE, CHUNK = 4096, 256 * 1024\n"
+		   "size = int(sys.argv[1]) << 20\n"
+		   "base = libc.mmap(None, size, NONE, ANON, -1, 0)\n"
+		   "assert base not in (None, ctypes.c_void_p(-1).value)\n"
+		   "view = (ctypes.c_char * size).from_address(base)\n"
+		   "def fill(off, n, tag):\n"
+		   "    for p in range(off, off + n, PAGE):\n"
+		   "        view[p:p + PAGE] = hashlib.sha256(b'%d-%d' % (p, tag)).digest() * 64 + bytes(2048)\n"
+		   "for off in range(0, size, CHUNK):\n"
+		   "    assert libc.mprotect(base + off, CHUNK, RW) == 0\n"
+		   "    fill(off, CHUNK, 1)\n"
+		   "q = size // 8\n"
+		   "assert libc.mprotect(base, q, NONE) == 0\n"
+		   "libc.madvise(base, q, DONTNEED)\n"
+		   "assert libc.mmap(base + q, q, NONE, ANON | FIXED, -1, 0) == base + q\n"
+		   "h = hashlib.sha256()\n"
+		   "for rnd in range(2):\n"
+		   "    for off in range(2 * q, size, PAGE * 7):\n"
+		   "        h.update(view[off:off + 64])\n"
+		   "assert libc.mprotect(base, 2 * q, RW) == 0\n"
+		   "assert view[0:PAGE] == bytes(PAGE) and view[q:q + PAGE] == bytes(PAGE)\n"
+		   "fill(0, 2 * q, 2)\n"
+		   "for off in range(0, size, PAGE):\n"
+		   "    h.update(view[off:off + PAGE])\n"
+		   "print(size >> 20, h.hexdigest())\n");
+	char *cmd[] = { "/usr/bin/python3", script, "64", NULL };
+	same_output("16M", cmd, true);
+
+	size_t ls;
+	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
+	char *js = slurp(stats, &ls);
+	if (json_num(js, "evicted_pages") <= 8192)
+		fprintf(stderr, "[%s] the reservation was not swapped: %s\n", check_test, js ? js : "(no stats)");
+	CHECK(json_num(js, "evicted_pages") > 8192);
+	free(js);
+}
+
 /* A shell that forks (command substitution) and execs python3 and sort: children start clean. */
 static void fork_and_exec(void)
 {
@@ -348,7 +406,7 @@ static int cleanup_dir(void)
 
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(static_binary_refused), T(python_dict),
-	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell),
+	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 };
 
 int main(int argc, char **argv)

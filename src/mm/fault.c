@@ -115,6 +115,51 @@ static int pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *o
 }
 
 /*
+ * Pages from @addr (at most @n) inside the vma that holds @addr: the kernel moves and fills a range
+ * only within one vma, and a program that changes the protection of part of a registered range
+ * (a guard page, a heap committed with mprotect()) splits it into several.
+ * Return: 0 and *pages; -ENOENT no vma there; -EOPNOTSUPP no way to tell (before Linux 6.11).
+ */
+static int vma_pages(struct uswap_mm *m, uintptr_t addr, size_t n, size_t *pages)
+{
+	struct procmap_query q = {.size = sizeof(q), .query_addr = addr};
+	size_t left;
+
+	if (m->maps_fd < 0 || ioctl(m->maps_fd, PROCMAP_QUERY, &q))
+		return m->maps_fd < 0 || errno == ENOTTY || errno == EINVAL ? -EOPNOTSUPP : -ENOENT;
+	if (q.vma_start > addr)
+		return -ENOENT;
+	left = (size_t)(q.vma_end - addr) / MM_PAGE;
+	*pages = left < n ? left : n;
+	return 0;
+}
+
+/*
+ * mm_copy() - UFFDIO_COPY of @len bytes from @src to @dst (see uffd_copy(), no wake), split where
+ * @dst crosses from one vma into the next. *done: bytes copied from the start, also on error.
+ */
+int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, size_t *done)
+{
+	size_t pos = 0, stop = len, d, fit;
+	int ret = 0;
+
+	while (pos < len) {
+		ret = uffd_copy(m->uffd, dst + pos, (const char *)src + pos, stop - pos, wp, false, &d);
+		pos += d;
+		if (!ret) {
+			stop = len;
+			continue;
+		}
+		if (d || (ret != -ENOENT && ret != -EINVAL) ||
+		    vma_pages(m, dst + pos, (stop - pos) / MM_PAGE, &fit) || fit * MM_PAGE >= stop - pos)
+			break;
+		stop = pos + fit * MM_PAGE;
+	}
+	*done = pos;
+	return pos == len ? 0 : ret;
+}
+
+/*
  * mm_move() - UFFDIO_MOVE of @n pages (at most MV_MAX_PAGES) from @src to @dst, whose slots are
  * empty, through @uffd (the one @dst is registered with); @st[j] says where page j is afterwards:
  * MV_MOVED (at dst), MV_LEFT (still at src) or MV_HOLE (at neither: src had no page there, the
@@ -130,43 +175,54 @@ static int pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *o
  * hole) and the next step stops on -EEXIST or -ENOENT: it ends, but reports the page it just
  * moved as not moved. So: never ALLOW_SRC_HOLES (a hole ends a call, the next starts after it),
  * and after any error the page tables, not the count, say what moved.
- * Return: 0 when every page that src held is at dst; else the error that stopped the rest.
+ * A call also moves only within one vma on each side, between vmas of the same protection
+ * (-EINVAL otherwise): a range that crosses a vma boundary is moved in parts, and the pages of a
+ * vma whose protection the program changed (read-only, PROT_NONE) stay where they are.
+ * Return: 0 when every page that src held is at dst; else the first error that left pages behind.
  */
 int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st)
 {
 	uint8_t at_dst[MV_MAX_PAGES], at_src[MV_MAX_PAGES];
-	size_t i = 0;
+	size_t i = 0, stop = n; /* this call tries [i, stop) */
+	int ret = 0;
 
 	memset(st, MV_LEFT, n);
 	while (i < n) {
+		if (i >= stop)
+			stop = n;
 		struct uffdio_move mv = {
 			.dst = dst + i * MM_PAGE,
 			.src = src + i * MM_PAGE,
-			.len = (n - i) * MM_PAGE,
+			.len = (stop - i) * MM_PAGE,
 			.mode = wake ? 0 : UFFDIO_MOVE_MODE_DONTWAKE,
 		};
-		size_t k, j;
+		size_t k, j, w = stop - i, fs, fd;
 		int err;
 
 		if (!ioctl(uffd, UFFDIO_MOVE, &mv)) {
-			memset(st + i, MV_MOVED, n - i);
-			return 0;
+			memset(st + i, MV_MOVED, w);
+			i = stop;
+			stop = n;
+			continue;
 		}
 		err = -errno;
-		if (pages_mapped(m, dst + i * MM_PAGE, n - i, at_dst) ||
-		    pages_mapped(m, src + i * MM_PAGE, n - i, at_src)) {
+		if (pages_mapped(m, dst + i * MM_PAGE, w, at_dst) || pages_mapped(m, src + i * MM_PAGE, w, at_src)) {
 			/* A range unmapped under us (its event not applied yet): trust the count. */
 			size_t dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
 
-			memset(st + i, MV_MOVED, dp < n - i ? dp : n - i);
+			memset(st + i, MV_MOVED, dp < w ? dp : w);
 			return err;
 		}
-		for (j = 0; j < n - i; j++)
+		for (j = 0; j < w; j++)
 			st[i + j] = at_dst[j] ? MV_MOVED : at_src[j] ? MV_LEFT : MV_HOLE;
-		for (k = 0; k < n - i && at_dst[k]; k++)
+		for (k = 0; k < w && at_dst[k]; k++)
 			;
-		if (k == n - i)
-			return 0; /* all there: the error came after the last page */
+		if (k == w) {
+			/* all there: the error came after the last page */
+			i = stop;
+			stop = n;
+			continue;
+		}
 		if (at_src[k]) {
 			/*
 			 * Page i + k would not move. After progress the error may belong to a page
@@ -176,14 +232,25 @@ int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n
 				i += k;
 				continue;
 			}
-			return err;
+			if ((err != -EINVAL && err != -ENOENT) || vma_pages(m, src + i * MM_PAGE, w, &fs) ||
+			    vma_pages(m, dst + i * MM_PAGE, w, &fd))
+				return ret ? ret : err;
+			if (fs < w || fd < w) {
+				stop = i + (fs < fd ? fs : fd); /* try the part inside both vmas */
+				continue;
+			}
+			/* Within one vma on each side and still refused: those pages stay. */
+			ret = ret ? ret : err;
+			i = stop;
+			stop = n;
+			continue;
 		}
 		/* A hole: the next call starts at the next page src still holds. */
-		for (j = k + 1; j < n - i && !at_src[j]; j++)
+		for (j = k + 1; j < w && !at_src[j]; j++)
 			;
 		i += j;
 	}
-	return 0;
+	return ret;
 }
 
 int uffd_wake(int uffd, uintptr_t start, size_t len)
@@ -216,7 +283,7 @@ static void poison(struct uswap_mm *m, uintptr_t addr, size_t len)
 static int in_zero(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, size_t *done_pages)
 {
 	size_t done;
-	int ret = uffd_copy(m->uffd, region_addr(r, i), m->zero, n * MM_PAGE, false, false, &done);
+	int ret = mm_copy(m, region_addr(r, i), m->zero, n * MM_PAGE, false, &done);
 
 	*done_pages = done / MM_PAGE;
 	for (size_t j = 0; j < *done_pages; j++) {
@@ -266,7 +333,7 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 	 */
 	if (!write && !clean_pays(m))
 		write = true;
-	ret = uffd_copy(m->uffd, region_addr(r, i), stage, n * MM_PAGE, !write, false, &done);
+	ret = mm_copy(m, region_addr(r, i), stage, n * MM_PAGE, !write, &done);
 	dp = done / MM_PAGE;
 	if (write && dp)
 		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), dp);
@@ -278,6 +345,23 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 	return ret;
 }
 
+/*
+ * Page @i of @r back from the shadow by copy, when a move cannot take it: the kernel moves a page
+ * only between vmas of the same protection, and the program may have made its range read-only or
+ * PROT_NONE since the page went to the shadow (the fault then comes from a read, or from the kernel
+ * on the program's behalf). Return: 0, or -errno with the page still in the shadow.
+ */
+static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i)
+{
+	size_t done;
+	int ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), MM_PAGE, false, &done);
+
+	if (ret)
+		return ret;
+	madvise((void *)region_shadow(r, i), MM_PAGE, MADV_DONTNEED);
+	return 0;
+}
+
 static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, bool write)
 {
 	bool clean = r->pages[i] & PG_CLEAN;
@@ -286,8 +370,7 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 
 	if (clean && !write) {
 		/* MOVE would map the page writable and lose the protection: copy it in protected. */
-		ret = uffd_copy(m->uffd, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true,
-				false, &done);
+		ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true, &done);
 		dp = done / MM_PAGE;
 		if (dp)
 			madvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
@@ -299,6 +382,8 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 		ret = mm_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
 		dp = 0;
 		for (size_t j = 0; j < n; j++) {
+			if (st[j] == MV_LEFT && ret == -EINVAL && !shadow_copy_back(m, r, i + j))
+				st[j] = MV_MOVED;
 			if (st[j] != MV_MOVED)
 				continue; /* still in the shadow, still counted there */
 			if (clean)
@@ -306,6 +391,8 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 			r->pages[i + j] = PG_PRESENT;
 			dp++;
 		}
+		if (ret == -EINVAL && dp == n)
+			ret = 0;
 	}
 	atomic_fetch_sub(&m->inactive, dp);
 	return ret;
@@ -580,9 +667,10 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
 		if (m->fault_around > (1u << r->folio_shift) && folio_untouched(r, fi) &&
-		    atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high))
-			ret = fault_around(m, r, fi);
-		else
+		    atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high) &&
+		    !fault_around(m, r, fi))
+			ret = 0;
+		else /* without neighbours, or when filling them failed (pages of a vma we cannot fill) */
 			ret = fault_folio_in(m, h->stage, r, fi, write);
 		if (swapin && !ret)
 			readahead(m, h->stage, r, fi);

@@ -181,7 +181,9 @@ static void fork_child(void)
 			close(m->pidfd);
 		if (m->pagemap_fd >= 0)
 			close(m->pagemap_fd);
-		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = -1;
+		if (m->maps_fd >= 0)
+			close(m->maps_fd);
+		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
 	}
 	pthread_mutex_unlock(&mm_list_lock);
 }
@@ -252,6 +254,8 @@ static void mm_free(struct uswap_mm *m)
 		close(m->pidfd);
 	if (m->pagemap_fd >= 0)
 		close(m->pagemap_fd);
+	if (m->maps_fd >= 0)
+		close(m->maps_fd);
 	pthread_mutex_destroy(&m->reclaim_lock);
 	pthread_mutex_destroy(&m->ev_lock);
 	pthread_mutex_destroy(&m->kick_lock);
@@ -287,6 +291,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	/* Both are optional: without them reclaim releases and moves pages one range at a time. */
 	m->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
 	m->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	m->maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
 	pthread_mutex_init(&m->reclaim_lock, NULL);
 	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
@@ -495,13 +500,23 @@ int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_byte
 		ret = folio_shift_of(folio_bytes, m->folio_shift, &shift);
 	if (ret)
 		return ret;
-	pthread_rwlock_wrlock(&m->tbl_lock);
-	ri = region_after(m, s);
-	if (ri < m->nr_regions && m->tbl[ri]->start < s + len)
-		ret = err_set(-EEXIST, "[%p, +%zu) overlaps a registered range", addr, len);
-	else
-		ret = region_add(m, s, s + len, shift, false, true, NULL);
-	pthread_rwlock_unlock(&m->tbl_lock);
+	/*
+	 * A mapping made over a registered range (mmap with MAP_FIXED) unmapped that part, and its
+	 * UNMAP event may be read but not applied yet: the second try comes after every event read.
+	 */
+	for (int tries = 0; tries < 2; tries++) {
+		if (tries)
+			mm_settle(m);
+		pthread_rwlock_wrlock(&m->tbl_lock);
+		ri = region_after(m, s);
+		if (ri < m->nr_regions && m->tbl[ri]->start < s + len)
+			ret = err_set(-EEXIST, "[%p, +%zu) overlaps a registered range", addr, len);
+		else
+			ret = region_add(m, s, s + len, shift, false, true, NULL);
+		pthread_rwlock_unlock(&m->tbl_lock);
+		if (ret != -EEXIST)
+			break;
+	}
 	if (!ret && atomic_load(&m->resident) > atomic_load(&m->high))
 		reclaim_kick(m);
 	return ret;

@@ -150,6 +150,7 @@ struct uswap_mm {
 	int stop_fd;     /* eventfd: handlers and the reclaimer leave */
 	int pidfd;       /* ourselves, for process_madvise(): many ranges released with one TLB flush */
 	int pagemap_fd;  /* /proc/self/pagemap: which pages a failed move really moved (else mincore) */
+	int maps_fd;     /* /proc/self/maps: where a vma ends, when a range crosses one (PROCMAP_QUERY) */
 	pid_t pid;       /* the process that created it: a fork child must not use it */
 
 	pthread_rwlock_t tbl_lock;
@@ -256,6 +257,7 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 
 /* uffd helpers (fault.c) */
 int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
+int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, size_t *done);
 /* Where a page is after mm_move(). */
 enum { MV_LEFT, MV_MOVED, MV_HOLE };
 #define MV_MAX_PAGES (1u << MM_FOLIO_MAX_SHIFT)

@@ -9,7 +9,9 @@
  *    calls brk and mmap through internal symbols that cannot be interposed, so it is replaced rather
  *    than watched. Memory malloc'd before the instance existed stays glibc's and is freed there.
  *  - anonymous private read-write mmaps of USWAP_MIN_MAP bytes or more (128 KiB), registered as they
- *    are made; munmap, mremap and madvise of them reach the instance as userfaultfd events.
+ *    are made, and PROT_NONE reservations of that size up to 4 GiB (the parts a program later makes
+ *    read-write with mprotect() are its heap); munmap, mremap and madvise of them reach the instance
+ *    as userfaultfd events.
  * The library's own memory never is: its threads (created while the instance starts) and every call
  * made from here carry a thread-local mark, and under the mark malloc is glibc's and mmap is plain.
  * A fork child keeps plain copies (the instance brings every page in before fork) and stays unmanaged;
@@ -236,11 +238,21 @@ size_t malloc_usable_size(void *p)
 
 /* ---- mappings ---- */
 
+/*
+ * Anonymous private memory made read-write at once, or reserved PROT_NONE to be made read-write
+ * later with mprotect() (JavaScript engines, runtimes with their own heaps), up to MAX_RESERVATION:
+ * beyond that a reservation is address space, not memory, and its tables would cost more than it
+ * is worth. A part the program leaves PROT_NONE or read-only stays resident once touched.
+ */
+#define MAX_RESERVATION (4ull << 30)
 static bool worth_managing(size_t len, int prot, int flags, int fd)
 {
-	return fd == -1 && (flags & MAP_ANONYMOUS) && (flags & MAP_TYPE) == MAP_PRIVATE &&
-	       !(flags & (MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB)) && (prot & (PROT_READ | PROT_WRITE)) ==
-	       (PROT_READ | PROT_WRITE) && !(prot & PROT_EXEC) && len >= g_min_map;
+	if (fd != -1 || !(flags & MAP_ANONYMOUS) || (flags & MAP_TYPE) != MAP_PRIVATE ||
+	    (flags & (MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB)) || len < g_min_map)
+		return false;
+	if (prot == PROT_NONE)
+		return len <= MAX_RESERVATION;
+	return prot == (PROT_READ | PROT_WRITE);
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
