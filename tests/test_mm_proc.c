@@ -508,6 +508,54 @@ static void test_mm_madvise_storm(void)
 }
 
 /*
+ * fork() brings in only what the child gets: a region marked MADV_DONTFORK (a runtime's heap often
+ * is) stays swapped, the other comes in and the child reads it intact.
+ */
+static void test_mm_fork_dontfork(void)
+{
+	const size_t n = 2048;
+	struct uswap_mm *m = mm_new(2 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(2 * n, sizeof(*sums));
+	struct uswap_mm_stats st0, st1;
+	unsigned char *a, *b;
+	int status = -1;
+	pid_t pid;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&a), 0);
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&b), 0);
+	CHECK_EQ(madvise(b, n * PS, MADV_DONTFORK), 0);
+	for (size_t i = 0; i < n; i++) {
+		sums[i] = put_page(a + i * PS, i, 0);
+		sums[n + i] = put_page(b + i * PS, n + i, 0);
+	}
+	uswap_mm_shrink(m, 0);
+	uswap_mm_stats(m, &st0);
+	CHECK(st0.swapped_bytes >= 2 * n * PS * 9 / 10);
+	pid = fork();
+	if (pid == 0)
+		_exit(verify_range(a, 0, n, sums) ? 1 : 0);
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	uswap_mm_stats(m, &st1);
+	/* a came in for the fork, b did not */
+	if (st1.swapin_pages - st0.swapin_pages > n + n / 8)
+		fprintf(stderr, "[%s] %llu pages came in for the fork, %zu expected\n", check_test,
+			(unsigned long long)(st1.swapin_pages - st0.swapin_pages), n);
+	CHECK(st1.swapin_pages - st0.swapin_pages >= n / 2);
+	CHECK(st1.swapin_pages - st0.swapin_pages <= n + n / 8);
+	CHECK_EQ(verify_range(a, 0, n, sums), 0);
+	CHECK_EQ(verify_range(b, 0, n, sums + n), 0);
+	check_accounting(m);
+	CHECK_EQ(uswap_unmap(m, a, n * PS), 0);
+	CHECK_EQ(uswap_unmap(m, b, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
  * Protection changes inside registered ranges, as language runtimes make them: a region made
  * read-only while its pages are swapped and inactive (a swap-in cannot move a page into a read-only
  * vma: it copies), a guard page inside a region (first touches around it must not span the two
@@ -597,4 +645,5 @@ static void test_mm_mprotect(void)
 }
 
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
-	   T(test_mm_tier_fails), T(test_mm_madvise_storm), T(test_mm_mprotect))
+	   T(test_mm_tier_fails), T(test_mm_madvise_storm), T(test_mm_mprotect),
+	   T(test_mm_fork_dontfork))

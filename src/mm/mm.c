@@ -112,18 +112,46 @@ static int uffd_check(void)
 
 /* ---- fork ---- */
 
+/*
+ * Whether folio @fi of @r lies in a MADV_DONTFORK range of @dc (sorted; *k: where the search left off,
+ * folios are asked in address order): the child does not get it, so it need not come in.
+ */
+static bool folio_dontfork(struct mm_region *r, size_t fi, const struct mm_range *dc, size_t n, size_t *k)
+{
+	uintptr_t a = r->fbase + (fi << (MM_PAGE_SHIFT + r->folio_shift));
+	uintptr_t b = a + (MM_PAGE << r->folio_shift);
+
+	if (a < r->start)
+		a = r->start;
+	if (b > r->end)
+		b = r->end;
+	while (*k < n && dc[*k].end <= a)
+		(*k)++;
+	return *k < n && dc[*k].start <= a && b <= dc[*k].end;
+}
+
+#define DONTFORK_MAX 256
 static void mm_fork_prepare(struct uswap_mm *m)
 {
+	struct mm_range dc[DONTFORK_MAX];
+	size_t ndc = 0;
+
 	atomic_store(&m->forking, 1);
 	pthread_mutex_lock(&m->reclaim_lock);
 	pthread_rwlock_rdlock(&m->tbl_lock);
+	/* Swapped memory of vmas the child does not get stays out (a runtime's heap often is one). */
+	if (atomic_load(&m->c.evicted_pages) || atomic_load(&m->inactive))
+		ndc = mm_dontfork_ranges(dc, DONTFORK_MAX);
 	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
 		struct mm_region *r = m->tbl[ri];
+		size_t k = 0;
 
 		for (size_t fi = 0; fi < r->nr_folios; fi++) {
 			size_t first, end;
 
 			if (!(atomic_load(&r->folios[fi]) & (FL_SHADOW | FL_SWAPPED)))
+				continue;
+			if (ndc && folio_dontfork(r, fi, dc, ndc, &k))
 				continue;
 			folio_lock(&r->folios[fi]);
 			for (int tries = 0; tries < 1000; tries++) {

@@ -213,6 +213,15 @@ void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len);
 /* Context: tbl_lock for writing. A fault at @addr in no region: adopt the registered vma around it. */
 int region_adopt(struct uswap_mm *m, uintptr_t addr);
+/* A range of addresses [start, end). */
+struct mm_range {
+	uintptr_t start, end;
+};
+/*
+ * The vmas marked MADV_DONTFORK (a child does not get them), from /proc/self/smaps, merged where
+ * adjacent, sorted, at most @max (the rest are left out). Return: how many.
+ */
+size_t mm_dontfork_ranges(struct mm_range *out, size_t max);
 void folio_lock(_Atomic uint32_t *f);
 bool folio_trylock(_Atomic uint32_t *f);
 void folio_unlock(_Atomic uint32_t *f);

@@ -555,6 +555,55 @@ out:
 	return ret;
 }
 
+size_t mm_dontfork_ranges(struct mm_range *out, size_t max)
+{
+	char buf[16384];
+	size_t have = 0, nr = 0;
+	unsigned long s = 0, e = 0;
+	bool skipping = false; /* in a line longer than the buffer */
+	int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = 0;
+		while ((nl = strchr(line, '\n'))) {
+			unsigned long a, b;
+
+			*nl = 0;
+			if (skipping) {
+				skipping = false;
+			} else if (!strncmp(line, "VmFlags:", 8)) {
+				if (strstr(line, " dc") && e > s && nr < max) {
+					if (nr && out[nr - 1].end == s)
+						out[nr - 1].end = e;
+					else
+						out[nr++] = (struct mm_range){.start = s, .end = e};
+				}
+			} else if (sscanf(line, "%lx-%lx ", &a, &b) == 2) { /* a vma's first line */
+				s = a;
+				e = b;
+			}
+			line = nl + 1;
+		}
+		have = (size_t)(buf + have - line);
+		if (have == sizeof(buf) - 1) {
+			have = 0; /* a line longer than the buffer (a long path): drop it */
+			skipping = true;
+		} else {
+			memmove(buf, line, have);
+		}
+	}
+	close(fd);
+	return nr;
+}
+
 int region_adopt(struct uswap_mm *m, uintptr_t addr)
 {
 	uintptr_t vs, ve;
