@@ -14,8 +14,8 @@
  *    as userfaultfd events.
  * The library's own memory never is: its threads (created while the instance starts) and every call
  * made from here carry a thread-local mark, and under the mark malloc is glibc's and mmap is plain.
- * A fork child keeps plain copies (the instance brings every page in before fork) and stays unmanaged;
- * a program that execs starts its own instance from the inherited environment.
+ * A fork child keeps plain copies (the instance brings in every page the child gets before fork) and
+ * stays unmanaged; a program that execs starts its own instance from the inherited environment.
  * Live statistics: /dev/shm/uswap.PID (see util/live.h), for `uswap stat`. Under `uswap run` (USWAP_RUN
  * names it) the file outlives the process: the runner sums up every process it ran, then removes them.
  */
