@@ -3,8 +3,8 @@
  * under a limit well below what it uses, and the two outputs must be identical; the summary written
  * with --stats-json must show that pages really went through the swap layer. Also: a program that
  * forks and execs, a multithreaded one, awk started by a shell (its figures among the descendants),
- * a heap on a PROT_NONE reservation committed with mprotect(), exit status and death by signal passed
- * through, bad options.
+ * a heap on a PROT_NONE reservation committed with mprotect() (python3 through ctypes, and node),
+ * exit status and death by signal passed through, bad options.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -273,6 +273,39 @@ static void reserved_heap(void)
 	free(js);
 }
 
+/*
+ * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
+ * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
+ * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
+ */
+static void node_map(void)
+{
+	char script[300], stats[300];
+
+	if (access("/usr/bin/node", X_OK)) {
+		fprintf(stderr, "[%s] no /usr/bin/node (scripts/deps.sh installs nodejs)\n", check_test);
+		CHECK(0);
+		return;
+	}
+	snprintf(script, sizeof(script), "%s/map.js", tmpdir);
+	write_file(script, "const n = +process.argv[2];\n"
+			   "const m = new Map();\n"
+			   "for (let i = 0; i < n; i++) m.set('k' + i, { i, s: 'v' + ((i * 7919) % 100003) });\n"
+			   "let h = 0;\n"
+			   "for (let i = 0; i < n; i++) { const o = m.get('k' + i); h = (h * 31 + o.i + o.s.length) >>> 0; }\n"
+			   "console.log(m.size, h);\n");
+	char *cmd[] = { "/usr/bin/node", script, "200000", NULL };
+	same_output("32M", cmd, true);
+
+	size_t ls;
+	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
+	char *js = slurp(stats, &ls);
+	if (json_num(js, "evicted_pages") <= 8192)
+		fprintf(stderr, "[%s] the heap was not swapped: %s\n", check_test, js ? js : "(no stats)");
+	CHECK(json_num(js, "evicted_pages") > 8192);
+	free(js);
+}
+
 /* A shell that forks (command substitution) and execs python3 and sort: children start clean. */
 static void fork_and_exec(void)
 {
@@ -407,6 +440,7 @@ static int cleanup_dir(void)
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
+	T(node_map),
 };
 
 int main(int argc, char **argv)
