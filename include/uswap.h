@@ -199,6 +199,14 @@ int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes);
  */
 ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes);
 
+/*
+ * uswap_mm_sync() - wait until @m has applied what the kernel told it of the caller's past munmap(),
+ * mremap() and madvise() calls on registered ranges. Call it after mapping memory where a registered
+ * range was (mmap with MAP_FIXED over one, or at an address a munmap() freed) and before touching
+ * it: until then, reclaim may take the new mapping's pages for the old range's. Return: 0; -ECHILD.
+ */
+int uswap_mm_sync(struct uswap_mm *m);
+
 /* uswap_mm_swap() - the swap layer of @m (for uswap_stats(), uswap_swapoff(), ...). */
 struct uswap *uswap_mm_swap(struct uswap_mm *m);
 

@@ -638,6 +638,11 @@ static void test_mm_mprotect(void)
 	CHECK_EQ(mprotect(p, 512 * PS, PROT_NONE), 0);
 	CHECK(mmap(p + 512 * PS, 512 * PS, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
 		   0) == p + 512 * PS);
+	/* After the sync, the mapping's UNMAP event is applied: the old range is cut from the table. */
+	CHECK_EQ(uswap_mm_sync(m), 0);
+	struct uswap_mm_stats st;
+	uswap_mm_stats(m, &st);
+	CHECK(st.events_unmap >= 1);
 	CHECK_EQ(uswap_register(m, p + 512 * PS, 512 * PS, 0), 0);
 	for (int pass = 0; pass < 2; pass++)
 		CHECK_EQ(verify_range(p, 1024, n, sums), 0);
@@ -648,7 +653,6 @@ static void test_mm_mprotect(void)
 		sums[i] = put_page(p + i * PS, i, 3);
 	}
 	CHECK_EQ(verify_range(p, 0, n, sums), 0);
-	struct uswap_mm_stats st;
 	uswap_mm_stats(m, &st);
 	CHECK(st.swapins > 0);
 	CHECK_EQ(st.load_failures, 0);

@@ -594,6 +594,14 @@ ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes)
 	return (ssize_t)(reclaim_run(m, target_bytes / MM_PAGE, true) * MM_PAGE);
 }
 
+int uswap_mm_sync(struct uswap_mm *m)
+{
+	if (in_child(m))
+		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
+	mm_settle(m);
+	return 0;
+}
+
 struct uswap *uswap_mm_swap(struct uswap_mm *m)
 {
 	return m->swap;

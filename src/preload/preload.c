@@ -260,9 +260,16 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 	void *p = sys_mmap(addr, len, prot, flags, fd, off);
 
 	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) &&
-	    worth_managing(len, prot, flags, fd) && getpid() == g_pid) {
+	    getpid() == g_pid) {
 		t_internal++;
-		uswap_register(g_mm, p, (len + 4095) & ~(size_t)4095, 0); /* refused: stays plain memory */
+		/*
+		 * The new mapping may stand where a registered range was (MAP_FIXED over it, or an
+		 * address a munmap() freed): the instance applies that range's event before the program
+		 * touches the new pages, or reclaim could take them for the old range's.
+		 */
+		uswap_mm_sync(g_mm);
+		if (worth_managing(len, prot, flags, fd))
+			uswap_register(g_mm, p, (len + 4095) & ~(size_t)4095, 0); /* refused: stays plain memory */
 		t_internal--;
 	}
 	return p;
