@@ -24,13 +24,19 @@
 
 static char uswap_bin[512], tmpdir[256];
 
-/* Run @argv with stdout to @out (NULL: /dev/null) and stderr to @err (NULL: inherited). Return: wait status. */
+/*
+ * Run @argv with stdout to @out (NULL: /dev/null) and stderr to @err (NULL: inherited), in a process
+ * group of its own that is killed after RUN_TIMEOUT_S (a program that hangs under uswap fails its own
+ * test, not the whole binary). Return: wait status.
+ */
+#define RUN_TIMEOUT_S 300
 static int run(char *const argv[], const char *out, const char *err)
 {
 	pid_t pid = fork();
 	int st = -1;
 
 	if (pid == 0) {
+		setpgid(0, 0);
 		int fd = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
 
 		dup2(fd, 1);
@@ -41,7 +47,16 @@ static int run(char *const argv[], const char *out, const char *err)
 		execv(argv[0], argv);
 		_exit(126);
 	}
-	waitpid(pid, &st, 0);
+	setpgid(pid, pid);
+	for (int waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited++) {
+		if (waited == RUN_TIMEOUT_S * 10) {
+			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0], RUN_TIMEOUT_S);
+			kill(-pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			break;
+		}
+		usleep(100000);
+	}
 	return st;
 }
 
