@@ -142,6 +142,23 @@ static void same_output(const char *limit, char *const cmd[], bool expect_swappi
 	free(js);
 }
 
+/*
+ * After same_output(): the summary must show more than @pages pages evicted, i.e. memory the whole
+ * program could not have held under its limit went through the layer (its own heap was managed).
+ */
+static void check_evicted_over(long long pages)
+{
+	char stats[300];
+	size_t ls;
+
+	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
+	char *js = slurp(stats, &ls);
+	if (json_num(js, "evicted_pages") <= pages)
+		fprintf(stderr, "[%s] the program's heap was not swapped: %s\n", check_test, js ? js : "(no stats)");
+	CHECK(json_num(js, "evicted_pages") > pages);
+	free(js);
+}
+
 static void write_file(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -240,7 +257,7 @@ static void awk_under_shell(void)
  */
 static void reserved_heap(void)
 {
-	char script[300], stats[300];
+	char script[300];
 
 	snprintf(script, sizeof(script), "%s/reserve.py", tmpdir);
 	write_file(script,
@@ -278,14 +295,7 @@ static void reserved_heap(void)
 		   "print(size >> 20, h.hexdigest())\n");
 	char *cmd[] = { "/usr/bin/python3", script, "64", NULL };
 	same_output("16M", cmd, true);
-
-	size_t ls;
-	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
-	char *js = slurp(stats, &ls);
-	if (json_num(js, "evicted_pages") <= 8192)
-		fprintf(stderr, "[%s] the reservation was not swapped: %s\n", check_test, js ? js : "(no stats)");
-	CHECK(json_num(js, "evicted_pages") > 8192);
-	free(js);
+	check_evicted_over(8192);
 }
 
 /*
@@ -295,7 +305,7 @@ static void reserved_heap(void)
  */
 static void node_map(void)
 {
-	char script[300], stats[300];
+	char script[300];
 
 	if (access("/usr/bin/node", X_OK)) {
 		fprintf(stderr, "[%s] no /usr/bin/node (scripts/deps.sh installs nodejs)\n", check_test);
@@ -311,14 +321,7 @@ static void node_map(void)
 			   "console.log(m.size, h);\n");
 	char *cmd[] = { "/usr/bin/node", script, "200000", NULL };
 	same_output("32M", cmd, true);
-
-	size_t ls;
-	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
-	char *js = slurp(stats, &ls);
-	if (json_num(js, "evicted_pages") <= 8192)
-		fprintf(stderr, "[%s] the heap was not swapped: %s\n", check_test, js ? js : "(no stats)");
-	CHECK(json_num(js, "evicted_pages") > 8192);
-	free(js);
+	check_evicted_over(8192);
 }
 
 /* A shell that forks (command substitution) and execs python3 and sort: children start clean. */

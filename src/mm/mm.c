@@ -118,13 +118,12 @@ static int uffd_check(void)
  */
 static bool folio_dontfork(struct mm_region *r, size_t fi, const struct mm_range *dc, size_t n, size_t *k)
 {
-	uintptr_t a = r->fbase + (fi << (MM_PAGE_SHIFT + r->folio_shift));
-	uintptr_t b = a + (MM_PAGE << r->folio_shift);
+	size_t first, end;
+	uintptr_t a, b;
 
-	if (a < r->start)
-		a = r->start;
-	if (b > r->end)
-		b = r->end;
+	region_folio_pages(r, fi, &first, &end);
+	a = region_addr(r, first);
+	b = region_addr(r, end);
 	while (*k < n && dc[*k].end <= a)
 		(*k)++;
 	return *k < n && dc[*k].start <= a && b <= dc[*k].end;

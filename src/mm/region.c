@@ -517,17 +517,21 @@ int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len)
 	return ret;
 }
 
-/* The vma containing @addr, from /proc/self/maps, read without stdio (no malloc on this path). */
-static int vma_bounds(uintptr_t addr, uintptr_t *vs, uintptr_t *ve)
+/*
+ * Call @fn for each line of the /proc file @path (newline removed) until it returns nonzero, read
+ * without stdio (no malloc: this runs on fault and fork paths); a line longer than the buffer (a
+ * long path name) is skipped. Return: what @fn last returned, or -errno if @path cannot be opened.
+ */
+static int proc_lines(const char *path, int (*fn)(char *line, void *arg), void *arg)
 {
-	char buf[4096];
+	char buf[16384];
 	size_t have = 0;
-	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-	int ret = -ENOENT;
+	bool skipping = false; /* in a line longer than the buffer */
+	int fd = open(path, O_RDONLY | O_CLOEXEC), ret = 0;
 
 	if (fd < 0)
 		return -errno;
-	for (;;) {
+	while (!ret) {
 		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
 		char *line = buf, *nl;
 
@@ -535,73 +539,88 @@ static int vma_bounds(uintptr_t addr, uintptr_t *vs, uintptr_t *ve)
 			break;
 		have += (size_t)n;
 		buf[have] = 0;
-		while ((nl = strchr(line, '\n'))) {
-			unsigned long s, e;
-
+		while (!ret && (nl = strchr(line, '\n'))) {
 			*nl = 0;
-			if (sscanf(line, "%lx-%lx", &s, &e) == 2 && s <= addr && addr < e) {
-				*vs = s;
-				*ve = e;
-				ret = 0;
-				goto out;
-			}
-			line = nl + 1;
-		}
-		have = (size_t)(buf + have - line);
-		memmove(buf, line, have);
-	}
-out:
-	close(fd);
-	return ret;
-}
-
-size_t mm_dontfork_ranges(struct mm_range *out, size_t max)
-{
-	char buf[16384];
-	size_t have = 0, nr = 0;
-	unsigned long s = 0, e = 0;
-	bool skipping = false; /* in a line longer than the buffer */
-	int fd = open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return 0;
-	for (;;) {
-		ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
-		char *line = buf, *nl;
-
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		buf[have] = 0;
-		while ((nl = strchr(line, '\n'))) {
-			unsigned long a, b;
-
-			*nl = 0;
-			if (skipping) {
+			if (skipping)
 				skipping = false;
-			} else if (!strncmp(line, "VmFlags:", 8)) {
-				if (strstr(line, " dc") && e > s && nr < max) {
-					if (nr && out[nr - 1].end == s)
-						out[nr - 1].end = e;
-					else
-						out[nr++] = (struct mm_range){.start = s, .end = e};
-				}
-			} else if (sscanf(line, "%lx-%lx ", &a, &b) == 2) { /* a vma's first line */
-				s = a;
-				e = b;
-			}
+			else
+				ret = fn(line, arg);
 			line = nl + 1;
 		}
 		have = (size_t)(buf + have - line);
 		if (have == sizeof(buf) - 1) {
-			have = 0; /* a line longer than the buffer (a long path): drop it */
+			have = 0;
 			skipping = true;
 		} else {
 			memmove(buf, line, have);
 		}
 	}
 	close(fd);
-	return nr;
+	return ret;
+}
+
+struct vma_find {
+	uintptr_t addr, start, end;
+};
+
+static int vma_find_line(char *line, void *arg)
+{
+	struct vma_find *v = arg;
+	unsigned long s, e;
+
+	if (sscanf(line, "%lx-%lx", &s, &e) != 2 || s > v->addr || v->addr >= e)
+		return 0;
+	v->start = s;
+	v->end = e;
+	return 1;
+}
+
+/* The vma containing @addr, from /proc/self/maps. */
+static int vma_bounds(uintptr_t addr, uintptr_t *vs, uintptr_t *ve)
+{
+	struct vma_find v = {.addr = addr};
+	int ret = proc_lines("/proc/self/maps", vma_find_line, &v);
+
+	if (ret < 0)
+		return ret;
+	if (!ret)
+		return -ENOENT;
+	*vs = v.start;
+	*ve = v.end;
+	return 0;
+}
+
+struct dontfork_scan {
+	struct mm_range *out;
+	size_t max, nr;
+	unsigned long start, end; /* the vma whose lines are being read */
+};
+
+static int dontfork_line(char *line, void *arg)
+{
+	struct dontfork_scan *d = arg;
+	unsigned long a, b;
+
+	if (!strncmp(line, "VmFlags:", 8)) {
+		if (strstr(line, " dc") && d->end > d->start && d->nr < d->max) {
+			if (d->nr && d->out[d->nr - 1].end == d->start)
+				d->out[d->nr - 1].end = d->end;
+			else
+				d->out[d->nr++] = (struct mm_range){.start = d->start, .end = d->end};
+		}
+	} else if (sscanf(line, "%lx-%lx ", &a, &b) == 2) { /* a vma's first line */
+		d->start = a;
+		d->end = b;
+	}
+	return 0;
+}
+
+size_t mm_dontfork_ranges(struct mm_range *out, size_t max)
+{
+	struct dontfork_scan d = {.out = out, .max = max};
+
+	proc_lines("/proc/self/smaps", dontfork_line, &d);
+	return d.nr;
 }
 
 int region_adopt(struct uswap_mm *m, uintptr_t addr)
