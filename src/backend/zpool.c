@@ -3,14 +3,18 @@
  *
  * The pool is one virtual reservation of max bytes cut into blocks of 16 pages. A block serves one size
  * class (objects of (i+1) * 16 bytes); objects straddle the pages inside a block, so the only waste is
- * rounding (< 16 bytes an object) and the block tail (< one object per 16 pages). Pages of a block are
- * touched in order, so memory used is what was ever handed out; an empty block goes back with
- * MADV_DONTNEED. Each object starts with a 6-byte header (owner, compressed length): the owner is how
- * writeback and compaction name the page to core. Blocks sit on an LRU ordered by last allocation: the
- * tail block holds the coldest objects, and writing it back frees a whole block at once.
+ * rounding (< 16 bytes an object) and the block tail (< one object per 16 pages). A new block's pages
+ * are made present in one call; a pool of 64 MiB or more grows by 2 MiB chunks (a huge page where the
+ * kernel has them). An emptied block stays present on a warm list (up to max/32, at most 8 MiB) for
+ * the next block; beyond that, after compaction and when the pool empties, it goes back with
+ * MADV_DONTNEED. Near max a block is touched lazily, page by page in order, so that the pool never
+ * holds more than max. Each object starts with a 6-byte header (owner, compressed length): the owner
+ * is how writeback and compaction name the page to core. Blocks sit on an LRU ordered by last
+ * allocation: the tail block holds the coldest objects, and writing it back frees a whole block at once.
  *
  * Invariant: a live handle names one object whose header owner is non-zero; nr_used counts them per
- * block; committed counts the pages below each block's high water. Lock order: desc lock (core) ->
+ * block; committed counts the pages of populated blocks (warm ones included) and the pages below the
+ * high water of lazy ones. Lock order: desc lock (core) ->
  * zpool.lock. Loads read objects without the lock: core holds the descriptor lock, so the object can
  * neither be released nor relocated meanwhile. Called only through backend.c.
  */
@@ -21,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "backend/backend.h"
 #include "backend/codec.h"
@@ -36,6 +41,9 @@
 #define ZP_SLOT_BITS 12 /* 64 KiB / 16 */
 #define ZP_MAX_BLOCKS (1u << (32 - ZP_SLOT_BITS)) /* handles fit in 32 bits: 64 GiB of pool */
 #define NIL UINT32_MAX
+#define ZP_CHUNK_SIZE (2u << 20) /* a pool that grows by whole huge pages */
+#define ZP_CHUNK_BLOCKS (ZP_CHUNK_SIZE / ZP_BLOCK_SIZE)
+#define ZP_CHUNKED_MIN (64ull << 20) /* smaller pools grow a block (or a page) at a time */
 
 static_assert(ZP_BLOCK_SIZE / ZP_ALIGN <= (1u << ZP_SLOT_BITS), "slot index fits in a handle");
 
@@ -49,6 +57,7 @@ struct zblock {
 	uint16_t nr_alloc;  /* slots ever handed out: the high water; pages above it are untouched */
 	uint16_t free_head; /* free slot + 1 below nr_alloc, 0 = none */
 	uint8_t state;
+	uint8_t populated; /* all its pages were made present when it was taken: all of them count */
 };
 
 struct zclass {
@@ -63,7 +72,12 @@ struct zpool {
 	unsigned char *base;
 	uint32_t max_blocks; /* reservation, from max= */
 	uint32_t hwm;        /* blocks ever used */
-	uint32_t free_blocks;
+	uint32_t free_blocks; /* blocks given back to the kernel: no pages */
+	uint32_t warm_blocks; /* free blocks whose pages stay present (and counted in committed) */
+	uint64_t warm_bytes, warm_max;
+	bool chunked;         /* grows by whole 2 MiB chunks, huge pages where the kernel has them */
+	unsigned char *map;   /* the reservation; base is it aligned to a chunk */
+	size_t map_len;
 	uint32_t lru_head, lru_tail;
 	uint64_t max_bytes;
 	size_t reject_len; /* compressed length above which a page is refused as incompressible */
@@ -106,6 +120,9 @@ static inline void hdr_set(unsigned char *o, uint32_t owner, uint16_t len)
 static size_t block_committed(const struct zpool *zp, const struct zblock *b)
 {
 	size_t hw = (size_t)b->nr_alloc * zp->cls[b->cls].obj_size;
+
+	if (b->populated)
+		return ZP_BLOCK_SIZE;
 
 	return (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
 }
@@ -179,45 +196,130 @@ static void partial_push(struct zpool *zp, uint32_t i, bool at_head)
 	b->state = ZB_PARTIAL;
 }
 
+/*
+ * Make the pages of block @i present in one call, not faulted in one at a time as objects fill them (a
+ * fault costs several times the call per page, and more on a virtual machine that maps each new page on
+ * its first use). Near the limit the block fills lazily instead, so that the pool never holds more
+ * than max. Return: whether it did.
+ */
+static bool block_populate(struct zpool *zp, uint32_t i)
+{
+	if (zp->committed + ZP_BLOCK_SIZE > zp->max_bytes ||
+	    madvise(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_BLOCK_SIZE, MADV_POPULATE_WRITE))
+		return false;
+	zp->committed += ZP_BLOCK_SIZE;
+	return true;
+}
+
+/*
+ * A big pool grows by a whole chunk of never-used blocks at a time: one 2 MiB huge page when the
+ * kernel gives one (a single fault, a single TLB entry). Its other blocks wait on the warm list.
+ * Return: whether it did; block @i (the chunk's first) is then populated.
+ */
+static bool chunk_populate(struct zpool *zp, uint32_t i)
+{
+	if (!zp->chunked || i % ZP_CHUNK_BLOCKS || i + ZP_CHUNK_BLOCKS > zp->max_blocks ||
+	    zp->committed + ZP_CHUNK_SIZE > zp->max_bytes ||
+	    madvise(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_CHUNK_SIZE, MADV_POPULATE_WRITE))
+		return false;
+	zp->committed += ZP_CHUNK_SIZE;
+	for (uint32_t k = ZP_CHUNK_BLOCKS - 1; k > 0; k--) {
+		struct zblock *w = &zp->blocks[i + k];
+
+		w->state = ZB_FREE;
+		w->populated = 1;
+		w->next = zp->warm_blocks;
+		zp->warm_blocks = i + k;
+	}
+	zp->warm_bytes += (uint64_t)(ZP_CHUNK_BLOCKS - 1) * ZP_BLOCK_SIZE;
+	zp->hwm = i + ZP_CHUNK_BLOCKS;
+	return true;
+}
+
 /* A fresh block for class @ci, or NIL when the pool is at its limit. */
 static uint32_t block_new(struct zpool *zp, unsigned ci)
 {
+	bool populated = true;
 	uint32_t i;
 	struct zblock *b;
 
-	/* The next block will touch at least one page: refuse at the limit, not beyond it. */
-	if (zp->committed + PAGE_SIZE > zp->max_bytes)
+	if (zp->warm_blocks != NIL) { /* present and counted already */
+		i = zp->warm_blocks;
+		zp->warm_blocks = zp->blocks[i].next;
+		zp->warm_bytes -= ZP_BLOCK_SIZE;
+	} else if (zp->committed + PAGE_SIZE > zp->max_bytes) {
+		/* The next block will touch at least one page: refuse at the limit, not beyond it. */
 		return NIL;
-	if (zp->free_blocks != NIL) {
+	} else if (zp->free_blocks != NIL) {
 		i = zp->free_blocks;
 		zp->free_blocks = zp->blocks[i].next;
+		populated = block_populate(zp, i);
 	} else if (zp->hwm < zp->max_blocks) {
-		i = zp->hwm++;
+		i = zp->hwm;
+		if (!chunk_populate(zp, i)) {
+			zp->hwm++;
+			populated = block_populate(zp, i);
+		}
 	} else {
 		return NIL;
 	}
 	b = &zp->blocks[i];
 	memset(b, 0, sizeof(*b));
 	b->cls = (uint16_t)ci;
+	b->populated = populated;
 	zp->cls[ci].nr_blocks++;
 	partial_push(zp, i, true);
 	lru_push_head(zp, i);
 	return i;
 }
 
-static void block_free(struct zpool *zp, uint32_t i)
+/* Give the pages of free block @i back to the kernel and put it on the free list. */
+static void block_release(struct zpool *zp, uint32_t i)
+{
+	struct zblock *b = &zp->blocks[i];
+
+	zp->committed -= block_committed(zp, b);
+	urelease_pages(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_BLOCK_SIZE);
+	b->populated = 0;
+	b->nr_alloc = 0;
+	b->next = zp->free_blocks;
+	zp->free_blocks = i;
+}
+
+/*
+ * An emptied block whose pages are present stays so on the warm list, up to warm_max bytes, for the
+ * next block: writeback empties blocks while stores take new ones, and giving pages back to take new
+ * ones costs a flush and fresh faults each time. An empty pool keeps nothing, nor does compaction
+ * (@keep false), whose point is to give memory back.
+ */
+static void block_free(struct zpool *zp, uint32_t i, bool keep)
 {
 	struct zblock *b = &zp->blocks[i];
 
 	if (b->state == ZB_PARTIAL)
 		partial_unlink(zp, i);
 	lru_unlink(zp, i);
-	zp->committed -= block_committed(zp, b);
 	zp->cls[b->cls].nr_blocks--;
-	urelease_pages(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_BLOCK_SIZE);
 	b->state = ZB_FREE;
-	b->next = zp->free_blocks;
-	zp->free_blocks = i;
+	if (keep && b->populated && zp->nr_objs && zp->warm_bytes + ZP_BLOCK_SIZE <= zp->warm_max) {
+		b->next = zp->warm_blocks;
+		zp->warm_blocks = i;
+		zp->warm_bytes += ZP_BLOCK_SIZE;
+		return;
+	}
+	if (zp->nr_objs) {
+		block_release(zp, i);
+		return;
+	}
+	/*
+	 * Empty: every page goes back in one call, which also frees the page tables of huge pages split
+	 * by single-block releases, and the pool starts over: it grows again by whole huge pages.
+	 */
+	urelease_pages(zp->base, (size_t)zp->hwm << ZP_BLOCK_SHIFT);
+	zp->hwm = 0;
+	zp->committed = 0;
+	zp->free_blocks = zp->warm_blocks = NIL;
+	zp->warm_bytes = 0;
 }
 
 /* Take a slot in block @i (which has one). Return: the slot. */
@@ -250,6 +352,9 @@ static size_t zpool_growth(const struct zpool *zp, uint32_t i)
 	const struct zblock *b = &zp->blocks[i];
 	size_t obj = zp->cls[b->cls].obj_size, hw = (size_t)b->nr_alloc * obj;
 
+	if (b->populated)
+		return 0;
+
 	return (hw + obj + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE - (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
 }
 
@@ -277,7 +382,7 @@ static uint32_t zpool_alloc(struct zpool *zp, unsigned ci, uint32_t avoid, bool 
 	return i << ZP_SLOT_BITS | block_take(zp, i);
 }
 
-static void zpool_free_obj(struct zpool *zp, uint32_t blk, uint32_t slot)
+static void zpool_free_obj(struct zpool *zp, uint32_t blk, uint32_t slot, bool keep)
 {
 	struct zblock *b = &zp->blocks[blk];
 	struct zclass *c = &zp->cls[b->cls];
@@ -289,7 +394,7 @@ static void zpool_free_obj(struct zpool *zp, uint32_t blk, uint32_t slot)
 	hdr_set(o, 0, b->free_head);
 	b->free_head = (uint16_t)(slot + 1);
 	if (--b->nr_used == 0) {
-		block_free(zp, blk);
+		block_free(zp, blk, keep);
 		return;
 	}
 	if (b->state == ZB_FULL)
@@ -398,7 +503,9 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	zp->reject_len = (size_t)PAGE_SIZE * reject_pct / 100;
 	if (zp->reject_len > PAGE_SIZE - ZP_HDR)
 		zp->reject_len = PAGE_SIZE - ZP_HDR; /* an object never exceeds a page */
-	zp->free_blocks = zp->lru_head = zp->lru_tail = NIL;
+	zp->free_blocks = zp->warm_blocks = zp->lru_head = zp->lru_tail = NIL;
+	zp->chunked = max >= ZP_CHUNKED_MIN;
+	zp->warm_max = zp->chunked ? (max / 32 < (8u << 20) ? max / 32 : (8u << 20)) : 0;
 	for (unsigned i = 0; i < ZP_NR_CLASSES; i++) {
 		zp->cls[i].obj_size = (i + 1) * ZP_ALIGN;
 		zp->cls[i].per_block = ZP_BLOCK_SIZE / zp->cls[i].obj_size;
@@ -406,9 +513,13 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	}
 	ret = -ENOMEM;
 	zp->blocks = ureserve((size_t)zp->max_blocks * sizeof(struct zblock));
-	zp->base = ureserve((size_t)zp->max_blocks * ZP_BLOCK_SIZE);
-	if (!zp->blocks || !zp->base)
+	zp->map_len = (size_t)zp->max_blocks * ZP_BLOCK_SIZE + ZP_CHUNK_SIZE;
+	zp->map = ureserve(zp->map_len);
+	if (!zp->blocks || !zp->map)
 		goto out_free;
+	zp->base = (unsigned char *)(((uintptr_t)zp->map + ZP_CHUNK_SIZE - 1) & ~(uintptr_t)(ZP_CHUNK_SIZE - 1));
+	if (zp->chunked)
+		madvise(zp->base, (size_t)zp->max_blocks * ZP_BLOCK_SIZE, MADV_HUGEPAGE); /* advice only */
 	ret = codec_init(&zp->codec, kind, level, env->nr_ctx);
 	if (ret)
 		goto out_free;
@@ -418,7 +529,7 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 
 out_free:
 	uunreserve(zp->blocks, (size_t)zp->max_blocks * sizeof(struct zblock));
-	uunreserve(zp->base, (size_t)zp->max_blocks * ZP_BLOCK_SIZE);
+	uunreserve(zp->map, zp->map_len);
 	ufree(zp);
 	return ret;
 }
@@ -432,7 +543,7 @@ static void zpool_close(struct backend *b)
 	codec_destroy(&zp->codec);
 	pthread_mutex_destroy(&zp->lock);
 	uunreserve(zp->blocks, (size_t)zp->max_blocks * sizeof(struct zblock));
-	uunreserve(zp->base, (size_t)zp->max_blocks * ZP_BLOCK_SIZE);
+	uunreserve(zp->map, zp->map_len);
 	ufree(zp);
 	b->priv = NULL;
 }
@@ -501,7 +612,7 @@ static void zpool_release(struct backend *b, uint32_t owner, uint64_t h)
 	pthread_mutex_lock(&zp->lock);
 	assert(handle_ok(zp, h, owner));
 	(void)owner;
-	zpool_free_obj(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
+	zpool_free_obj(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1), true);
 	pthread_mutex_unlock(&zp->lock);
 }
 
@@ -543,7 +654,7 @@ static size_t zpool_sparse(struct backend *b, uint32_t *owners, size_t max)
 	uint64_t waste;
 
 	pthread_mutex_lock(&zp->lock);
-	waste = zp->committed - zp->obj_bytes;
+	waste = zp->committed - zp->warm_bytes - zp->obj_bytes;
 	if (waste < (1u << 20) || waste < zp->committed / 8)
 		goto out_unlock;
 	for (unsigned ci = 0; ci < ZP_NR_CLASSES && n < max; ci++) {
@@ -582,7 +693,7 @@ static int zpool_relocate(struct backend *b, uint32_t owner, uint64_t h, uint64_
 	zp->data_bytes += hdr_len(o);
 	zp->obj_bytes += zp->cls[ci].obj_size;
 	zp->nr_objs++;
-	zpool_free_obj(zp, blk, slot);
+	zpool_free_obj(zp, blk, slot, false);
 	*new_handle = nh;
 out_unlock:
 	pthread_mutex_unlock(&zp->lock);
