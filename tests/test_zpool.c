@@ -1,5 +1,6 @@
 /*
- * test_zpool.c - the compressed pool: objects of every size class round-trip, the pool gives its
+ * test_zpool.c - the compressed pool: objects of every size class round-trip (big and small pool
+ * geometry), a small pool fills before it refuses, the pool gives its
  * memory back when emptied, compaction after heavy frees shrinks it without moving swap ids, and the
  * incompressibility threshold sends pages on. Data is compared byte for byte after every move.
  */
@@ -36,10 +37,10 @@ static struct uswap_tier_stats pool_stats(struct uswap *u, unsigned t)
 	return ts;
 }
 
-static void every_size_class(void)
+static void every_size_class_in(const char *spec)
 {
 	enum { STEP = 8, N = 4096 / STEP };
-	struct uswap *u = open_pool("zpool:lz4:reject=100%");
+	struct uswap *u = open_pool(spec);
 	unsigned char *p = aligned_alloc(PAGE, PAGE), *q = aligned_alloc(PAGE, PAGE);
 	static uswap_id_t ids[N];
 	unsigned stored = 0;
@@ -76,6 +77,54 @@ static void every_size_class(void)
 	CHECK_EQ(t.data_bytes, 0);
 	/* every block is empty and went back */
 	CHECK_EQ(t.used_bytes, 0);
+	uswap_destroy(u);
+	free(p);
+	free(q);
+}
+
+/* A big pool (64 KiB blocks, 16-byte classes) and a small one (16 KiB blocks, 64-byte classes). */
+static void every_size_class(void)
+{
+	every_size_class_in("zpool:lz4:reject=100%");
+	every_size_class_in("zpool:lz4:reject=100%:max=8M");
+}
+
+/*
+ * A small pool fills with objects of mixed sizes before it refuses: the blocks that every size class
+ * in use keeps partly filled must not eat it (with 256 classes of 64 KiB blocks, 4 MiB is 64 blocks).
+ */
+static void small_pool_fills(void)
+{
+	enum { N = 4000, MAX = 4 << 20 };
+	struct uswap *u = open_pool("zpool:lz4:max=4M");
+	unsigned char *p = aligned_alloc(PAGE, PAGE), *q = aligned_alloc(PAGE, PAGE);
+	static uswap_id_t ids[N];
+
+	if (!u)
+		return;
+	for (unsigned i = 0; i < N; i++) {
+		fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+		int ret = uswap_store(u, p, 1, &ids[i]);
+
+		if (ret == -ENOSPC)
+			ids[i] = 0;
+		else
+			CHECK_EQ(ret, 0);
+	}
+	struct uswap_tier_stats t = pool_stats(u, 0);
+	printf("  4 MiB pool: %llu pages, %llu bytes of data in %llu used\n", (unsigned long long)t.pages,
+	       (unsigned long long)t.data_bytes, (unsigned long long)t.used_bytes);
+	CHECK(t.used_bytes <= MAX);
+	CHECK(t.data_bytes >= MAX * 6ull / 10);
+	for (unsigned i = 0; i < N; i++) {
+		if (!ids[i])
+			continue;
+		fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+		CHECK_EQ(uswap_load(u, ids[i], q, 1), 0);
+		CHECK_MEM(q, p, PAGE);
+		CHECK_EQ(uswap_free(u, ids[i]), 0);
+	}
+	CHECK_EQ(pool_stats(u, 0).used_bytes, 0);
 	uswap_destroy(u);
 	free(p);
 	free(q);
@@ -184,4 +233,4 @@ static void zstd_levels(void)
 	free(q);
 }
 
-CHECK_MAIN(T(every_size_class), T(compaction_after_frees), T(incompressible_goes_on), T(zstd_levels))
+CHECK_MAIN(T(every_size_class), T(small_pool_fills), T(compaction_after_frees), T(incompressible_goes_on), T(zstd_levels))

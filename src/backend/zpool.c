@@ -32,20 +32,27 @@
 #include "util/alloc.h"
 #include "util/err.h"
 
+/*
+ * Geometry by pool size. A big pool: 64 KiB blocks and 256 classes 16 bytes apart (rounding waste < 16
+ * bytes an object). A pool under ZP_CHUNKED_MIN: 16 KiB blocks and 64 classes 64 bytes apart, since
+ * every class in use keeps a partly filled block, and 256 of 64 KiB would outweigh a few MiB of pool.
+ */
 #define ZP_BLOCK_SHIFT 16
+#define ZP_SMALL_BLOCK_SHIFT 14
 #define ZP_BLOCK_SIZE (1u << ZP_BLOCK_SHIFT)
-#define ZP_BLOCK_PAGES (ZP_BLOCK_SIZE / PAGE_SIZE)
-#define ZP_ALIGN 16u /* class granularity: 256 classes, rounding waste < 16 bytes */
+#define ZP_ALIGN 16u
+#define ZP_SMALL_ALIGN 64u
 #define ZP_NR_CLASSES (PAGE_SIZE / ZP_ALIGN)
 #define ZP_HDR 6u /* owner (4) + compressed length (2); a free object keeps owner 0 and its next slot */
 #define ZP_SLOT_BITS 12 /* 64 KiB / 16 */
 #define ZP_MAX_BLOCKS (1u << (32 - ZP_SLOT_BITS)) /* handles fit in 32 bits: 64 GiB of pool */
 #define NIL UINT32_MAX
 #define ZP_CHUNK_SIZE (2u << 20) /* a pool that grows by whole huge pages */
-#define ZP_CHUNK_BLOCKS (ZP_CHUNK_SIZE / ZP_BLOCK_SIZE)
+#define ZP_CHUNK_BLOCKS (ZP_CHUNK_SIZE / ZP_BLOCK_SIZE) /* chunked pools have 64 KiB blocks */
 #define ZP_CHUNKED_MIN (64ull << 20) /* smaller pools grow a block (or a page) at a time */
 
 static_assert(ZP_BLOCK_SIZE / ZP_ALIGN <= (1u << ZP_SLOT_BITS), "slot index fits in a handle");
+static_assert((1u << ZP_SMALL_BLOCK_SHIFT) >= PAGE_SIZE, "an object fits in a small block");
 
 enum zblock_state { ZB_FREE, ZB_PARTIAL, ZB_FULL };
 
@@ -70,6 +77,9 @@ struct zclass {
 struct zpool {
 	pthread_mutex_t lock;
 	unsigned char *base;
+	unsigned shift;      /* block size: 1 << shift */
+	unsigned align;      /* class granularity */
+	unsigned nr_classes; /* PAGE_SIZE / align */
 	uint32_t max_blocks; /* reservation, from max= */
 	uint32_t hwm;        /* blocks ever used */
 	uint32_t free_blocks; /* blocks given back to the kernel: no pages */
@@ -92,7 +102,7 @@ struct zpool {
 
 static inline unsigned char *obj_ptr(struct zpool *zp, uint32_t blk, uint32_t slot)
 {
-	return zp->base + ((size_t)blk << ZP_BLOCK_SHIFT) + (size_t)slot * zp->cls[zp->blocks[blk].cls].obj_size;
+	return zp->base + ((size_t)blk << zp->shift) + (size_t)slot * zp->cls[zp->blocks[blk].cls].obj_size;
 }
 
 static inline uint32_t hdr_owner(const unsigned char *o)
@@ -122,7 +132,7 @@ static size_t block_committed(const struct zpool *zp, const struct zblock *b)
 	size_t hw = (size_t)b->nr_alloc * zp->cls[b->cls].obj_size;
 
 	if (b->populated)
-		return ZP_BLOCK_SIZE;
+		return (size_t)1 << zp->shift;
 
 	return (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
 }
@@ -204,10 +214,12 @@ static void partial_push(struct zpool *zp, uint32_t i, bool at_head)
  */
 static bool block_populate(struct zpool *zp, uint32_t i)
 {
-	if (zp->committed + ZP_BLOCK_SIZE > zp->max_bytes ||
-	    madvise(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_BLOCK_SIZE, MADV_POPULATE_WRITE))
+	size_t len = (size_t)1 << zp->shift;
+
+	if (zp->committed + len > zp->max_bytes ||
+	    madvise(zp->base + ((size_t)i << zp->shift), len, MADV_POPULATE_WRITE))
 		return false;
-	zp->committed += ZP_BLOCK_SIZE;
+	zp->committed += len;
 	return true;
 }
 
@@ -220,7 +232,7 @@ static bool chunk_populate(struct zpool *zp, uint32_t i)
 {
 	if (!zp->chunked || i % ZP_CHUNK_BLOCKS || i + ZP_CHUNK_BLOCKS > zp->max_blocks ||
 	    zp->committed + ZP_CHUNK_SIZE > zp->max_bytes ||
-	    madvise(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_CHUNK_SIZE, MADV_POPULATE_WRITE))
+	    madvise(zp->base + ((size_t)i << zp->shift), ZP_CHUNK_SIZE, MADV_POPULATE_WRITE))
 		return false;
 	zp->committed += ZP_CHUNK_SIZE;
 	for (uint32_t k = ZP_CHUNK_BLOCKS - 1; k > 0; k--) {
@@ -246,7 +258,7 @@ static uint32_t block_new(struct zpool *zp, unsigned ci)
 	if (zp->warm_blocks != NIL) { /* present and counted already */
 		i = zp->warm_blocks;
 		zp->warm_blocks = zp->blocks[i].next;
-		zp->warm_bytes -= ZP_BLOCK_SIZE;
+		zp->warm_bytes -= (size_t)1 << zp->shift;
 	} else if (zp->committed + PAGE_SIZE > zp->max_bytes) {
 		/* The next block will touch at least one page: refuse at the limit, not beyond it. */
 		return NIL;
@@ -279,7 +291,7 @@ static void block_release(struct zpool *zp, uint32_t i)
 	struct zblock *b = &zp->blocks[i];
 
 	zp->committed -= block_committed(zp, b);
-	urelease_pages(zp->base + ((size_t)i << ZP_BLOCK_SHIFT), ZP_BLOCK_SIZE);
+	urelease_pages(zp->base + ((size_t)i << zp->shift), (size_t)1 << zp->shift);
 	b->populated = 0;
 	b->nr_alloc = 0;
 	b->next = zp->free_blocks;
@@ -301,10 +313,10 @@ static void block_free(struct zpool *zp, uint32_t i, bool keep)
 	lru_unlink(zp, i);
 	zp->cls[b->cls].nr_blocks--;
 	b->state = ZB_FREE;
-	if (keep && b->populated && zp->nr_objs && zp->warm_bytes + ZP_BLOCK_SIZE <= zp->warm_max) {
+	if (keep && b->populated && zp->nr_objs && zp->warm_bytes + ((size_t)1 << zp->shift) <= zp->warm_max) {
 		b->next = zp->warm_blocks;
 		zp->warm_blocks = i;
-		zp->warm_bytes += ZP_BLOCK_SIZE;
+		zp->warm_bytes += (size_t)1 << zp->shift;
 		return;
 	}
 	if (zp->nr_objs) {
@@ -315,7 +327,7 @@ static void block_free(struct zpool *zp, uint32_t i, bool keep)
 	 * Empty: every page goes back in one call, which also frees the page tables of huge pages split
 	 * by single-block releases, and the pool starts over: it grows again by whole huge pages.
 	 */
-	urelease_pages(zp->base, (size_t)zp->hwm << ZP_BLOCK_SHIFT);
+	urelease_pages(zp->base, (size_t)zp->hwm << zp->shift);
 	zp->hwm = 0;
 	zp->committed = 0;
 	zp->free_blocks = zp->warm_blocks = NIL;
@@ -401,9 +413,9 @@ static void zpool_free_obj(struct zpool *zp, uint32_t blk, uint32_t slot, bool k
 		partial_push(zp, blk, false);
 }
 
-static inline unsigned class_of(size_t clen)
+static inline unsigned class_of(const struct zpool *zp, size_t clen)
 {
-	return (unsigned)((ZP_HDR + clen + ZP_ALIGN - 1) / ZP_ALIGN - 1);
+	return (unsigned)((ZP_HDR + clen + zp->align - 1) / zp->align - 1);
 }
 
 /*
@@ -497,29 +509,32 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	 * water. Reserve one spare block per size class so that a small pool, whose classes each hold a
 	 * partly touched block, still fills up to max instead of running out of blocks first.
 	 */
-	zp->max_blocks = (uint32_t)((max + ZP_BLOCK_SIZE - 1) / ZP_BLOCK_SIZE) + ZP_NR_CLASSES;
+	zp->chunked = max >= ZP_CHUNKED_MIN;
+	zp->shift = zp->chunked ? ZP_BLOCK_SHIFT : ZP_SMALL_BLOCK_SHIFT;
+	zp->align = zp->chunked ? ZP_ALIGN : ZP_SMALL_ALIGN;
+	zp->nr_classes = PAGE_SIZE / zp->align;
+	zp->max_blocks = (uint32_t)((max + ((uint64_t)1 << zp->shift) - 1) >> zp->shift) + zp->nr_classes;
 	if (zp->max_blocks > ZP_MAX_BLOCKS)
 		zp->max_blocks = ZP_MAX_BLOCKS;
 	zp->reject_len = (size_t)PAGE_SIZE * reject_pct / 100;
 	if (zp->reject_len > PAGE_SIZE - ZP_HDR)
 		zp->reject_len = PAGE_SIZE - ZP_HDR; /* an object never exceeds a page */
 	zp->free_blocks = zp->warm_blocks = zp->lru_head = zp->lru_tail = NIL;
-	zp->chunked = max >= ZP_CHUNKED_MIN;
 	zp->warm_max = zp->chunked ? (max / 32 < (8u << 20) ? max / 32 : (8u << 20)) : 0;
-	for (unsigned i = 0; i < ZP_NR_CLASSES; i++) {
-		zp->cls[i].obj_size = (i + 1) * ZP_ALIGN;
-		zp->cls[i].per_block = ZP_BLOCK_SIZE / zp->cls[i].obj_size;
+	for (unsigned i = 0; i < zp->nr_classes; i++) {
+		zp->cls[i].obj_size = (i + 1) * zp->align;
+		zp->cls[i].per_block = (1u << zp->shift) / zp->cls[i].obj_size;
 		zp->cls[i].head = zp->cls[i].tail = NIL;
 	}
 	ret = -ENOMEM;
 	zp->blocks = ureserve((size_t)zp->max_blocks * sizeof(struct zblock));
-	zp->map_len = (size_t)zp->max_blocks * ZP_BLOCK_SIZE + ZP_CHUNK_SIZE;
+	zp->map_len = ((size_t)zp->max_blocks << zp->shift) + ZP_CHUNK_SIZE;
 	zp->map = ureserve(zp->map_len);
 	if (!zp->blocks || !zp->map)
 		goto out_free;
 	zp->base = (unsigned char *)(((uintptr_t)zp->map + ZP_CHUNK_SIZE - 1) & ~(uintptr_t)(ZP_CHUNK_SIZE - 1));
 	if (zp->chunked)
-		madvise(zp->base, (size_t)zp->max_blocks * ZP_BLOCK_SIZE, MADV_HUGEPAGE); /* advice only */
+		madvise(zp->base, (size_t)zp->max_blocks << zp->shift, MADV_HUGEPAGE); /* advice only */
 	ret = codec_init(&zp->codec, kind, level, env->nr_ctx);
 	if (ret)
 		goto out_free;
@@ -562,7 +577,7 @@ static ssize_t zpool_store(struct backend *b, const void *src, size_t npages, ui
 
 		if (!clen)
 			break; /* incompressible: the next tier's */
-		ci = class_of(clen);
+		ci = class_of(zp, clen);
 		pthread_mutex_lock(&zp->lock);
 		h = zpool_alloc(zp, ci, NIL, true);
 		if (h == NIL) {
@@ -657,7 +672,7 @@ static size_t zpool_sparse(struct backend *b, uint32_t *owners, size_t max)
 	waste = zp->committed - zp->warm_bytes - zp->obj_bytes;
 	if (waste < (1u << 20) || waste < zp->committed / 8)
 		goto out_unlock;
-	for (unsigned ci = 0; ci < ZP_NR_CLASSES && n < max; ci++) {
+	for (unsigned ci = 0; ci < zp->nr_classes && n < max; ci++) {
 		struct zclass *c = &zp->cls[ci];
 
 		for (uint32_t i = c->tail; i != NIL && i != c->head && n < max; i = zp->blocks[i].prev)
@@ -742,7 +757,7 @@ static int zpool_store_obj(struct backend *b, const void *obj, size_t len, unsig
 
 	if (fmt != zpool_fmt(zp) || !len || len > zp->reject_len)
 		return 0;
-	ci = class_of(len);
+	ci = class_of(zp, len);
 	pthread_mutex_lock(&zp->lock);
 	h = zpool_alloc(zp, ci, NIL, true);
 	if (h == NIL) {
