@@ -10,6 +10,8 @@
 
 
 /* Store order does not matter here; the tier string decides it. New backends add one line. */
+_Thread_local unsigned backend_stream;
+
 static const struct uswap_backend_ops *const registry[] = {
 	&same_backend_ops,
 	&zpool_backend_ops,

@@ -113,6 +113,11 @@ size_t backend_sparse(struct backend *b, uint32_t *owners, size_t max);
 int backend_relocate(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle);
 void backend_stats(struct backend *b, struct uswap_tier_stats *st);
 ssize_t backend_peek(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt);
+/*
+ * Movers that peek side by side (swapoff runs two) each set their own number here, 0 or 1, so that a
+ * tier reading ahead keeps one stream of windows per mover. 0 for every other thread.
+ */
+extern _Thread_local unsigned backend_stream;
 int backend_store_obj(struct backend *b, const void *obj, size_t len, unsigned fmt, uint32_t owner,
 		      uint64_t *handle);
 

@@ -54,6 +54,7 @@
 #define FC_PAGES         512u /* 2 MiB clusters: one largest folio */
 #define FC_SECTORS       (FC_PAGES * SECTORS_PER_PAGE)
 #define FC_BYTES         ((uint64_t)FC_PAGES * PAGE_SIZE)
+#define RA_STREAMS       2u /* movers reading side by side (backend_stream), each with two windows */
 #define FC_WORDS         (FC_SECTORS / 64)
 #define FH_PACKED        (1u << 31)
 #define FH_SECT_MASK     ((1u << 28) - 1) /* packed objects live in the first 128 GiB */
@@ -130,7 +131,7 @@ struct file_tier {
 
 	pthread_mutex_t ra_lock; /* readahead windows and their ring */
 	struct io_uring ra_ring;
-	struct ra_win win[2];
+	struct ra_win win[2 * RA_STREAMS]; /* a pair per mover: the cluster read, the next one */
 
 	struct sealer *seal;   /* encrypt; NULL otherwise */
 	struct seal_tag *tags; /* encrypt: per plain slot, written by its store before the descriptor publishes */
@@ -532,7 +533,7 @@ static void file_free(struct file_tier *f)
 	}
 	if (f->win[0].buf) {
 		io_uring_queue_exit(&f->ra_ring);
-		uunreserve(f->win[0].buf, 2 * FC_BYTES);
+		uunreserve(f->win[0].buf, 2 * RA_STREAMS * FC_BYTES);
 	}
 	uunreserve(f->cl, (size_t)f->nr_clusters * sizeof(struct fcluster));
 	if (f->seal) {
@@ -641,15 +642,17 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		f->wb_buf = NULL;
 		goto out_free;
 	}
-	f->win[0].buf = ureserve(2 * FC_BYTES);
-	ret = f->win[0].buf ? ring_setup(&f->ra_ring, 4, f->fd) : -ENOMEM;
+	f->win[0].buf = ureserve(2 * RA_STREAMS * FC_BYTES);
+	ret = f->win[0].buf ? ring_setup(&f->ra_ring, 2 * RA_STREAMS, f->fd) : -ENOMEM;
 	if (ret) {
-		uunreserve(f->win[0].buf, 2 * FC_BYTES);
+		uunreserve(f->win[0].buf, 2 * RA_STREAMS * FC_BYTES);
 		f->win[0].buf = NULL;
 		goto out_free;
 	}
-	f->win[1].buf = f->win[0].buf + FC_BYTES;
-	f->win[0].cluster = f->win[1].cluster = NIL;
+	for (unsigned i = 0; i < 2 * RA_STREAMS; i++) {
+		f->win[i].buf = f->win[0].buf + i * FC_BYTES; /* pages are touched only when read into */
+		f->win[i].cluster = NIL;
+	}
 	for (unsigned l = 0; l < NR_LISTS; l++)
 		f->head[l] = NIL;
 	for (uint32_t ci = f->nr_clusters; ci-- > 0;) {
@@ -984,11 +987,19 @@ static int file_flush(struct backend *b)
 
 /* ---- peek: movers' reads, in whole clusters ---- */
 
+static bool ra_inflight(const struct file_tier *f)
+{
+	for (unsigned i = 0; i < 2 * RA_STREAMS; i++)
+		if (f->win[i].inflight)
+			return true;
+	return false;
+}
+
 static void ra_reap(struct file_tier *f, bool wait)
 {
 	struct io_uring_cqe *cqe;
 
-	while (f->win[0].inflight || f->win[1].inflight) {
+	while (ra_inflight(f)) {
 		int r = wait ? io_uring_wait_cqe(&f->ra_ring, &cqe) : io_uring_peek_cqe(&f->ra_ring, &cqe);
 
 		if (r == -EINTR)
@@ -1023,15 +1034,18 @@ static void ra_queue(struct file_tier *f, struct ra_win *w, uint32_t ci)
 	}
 }
 
-/* The window holding cluster @ci, read now if needed (the next cluster in use goes in flight). */
+/*
+ * The window holding cluster @ci, read now if needed (the next cluster in use goes in flight). Each
+ * mover (backend_stream) reads through its own pair of windows.
+ */
 static struct ra_win *ra_get(struct file_tier *f, uint32_t ci)
 {
-	struct ra_win *w = NULL, *other;
+	struct ra_win *pair = &f->win[2 * (backend_stream % RA_STREAMS)], *w = NULL, *other;
 	uint32_t next;
 
 	for (int i = 0; i < 2; i++)
-		if (f->win[i].cluster == ci)
-			w = &f->win[i];
+		if (pair[i].cluster == ci)
+			w = &pair[i];
 	if (w) {
 		while (w->inflight)
 			ra_reap(f, true);
@@ -1041,7 +1055,7 @@ static struct ra_win *ra_get(struct file_tier *f, uint32_t ci)
 		else
 			goto prefetch;
 	}
-	w = f->win[0].inflight ? &f->win[1] : &f->win[0];
+	w = pair[0].inflight ? &pair[1] : &pair[0];
 	while (w->inflight)
 		ra_reap(f, true);
 	ra_queue(f, w, ci);
@@ -1052,7 +1066,7 @@ static struct ra_win *ra_get(struct file_tier *f, uint32_t ci)
 		return NULL;
 	}
 prefetch:
-	other = &f->win[w == &f->win[0]];
+	other = &pair[w == &pair[0]];
 	pthread_mutex_lock(&f->lock);
 	for (next = ci + 1; next < f->nr_clusters && next < ci + 64; next++)
 		if (f->cl[next].kind == f->cl[ci].kind)

@@ -587,11 +587,16 @@ static ssize_t zpool_store(struct backend *b, const void *src, size_t npages, ui
 		unsigned char *o = obj_ptr(zp, h >> ZP_SLOT_BITS, h & ((1u << ZP_SLOT_BITS) - 1));
 
 		hdr_set(o, owner + (uint32_t)i, (uint16_t)clen);
-		memcpy(o + ZP_HDR, x->buf, clen);
 		zp->data_bytes += clen;
 		zp->obj_bytes += zp->cls[ci].obj_size;
 		zp->nr_objs++;
 		pthread_mutex_unlock(&zp->lock);
+		/*
+		 * The data goes in unlocked: until the caller publishes the page no one reads it (a mover
+		 * that finds the owner in the header skips a descriptor that is not live), and the object
+		 * keeps its block in use.
+		 */
+		memcpy(o + ZP_HDR, x->buf, clen);
 		handles[i] = h;
 	}
 	codec_put(x);
@@ -766,11 +771,11 @@ static int zpool_store_obj(struct backend *b, const void *obj, size_t len, unsig
 	}
 	o = obj_ptr(zp, h >> ZP_SLOT_BITS, h & ((1u << ZP_SLOT_BITS) - 1));
 	hdr_set(o, owner, (uint16_t)len);
-	memcpy(o + ZP_HDR, obj, len);
 	zp->data_bytes += len;
 	zp->obj_bytes += zp->cls[ci].obj_size;
 	zp->nr_objs++;
 	pthread_mutex_unlock(&zp->lock);
+	memcpy(o + ZP_HDR, obj, len); /* unlocked, as in zpool_store() */
 	*handle = h;
 	return 1;
 }

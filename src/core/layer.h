@@ -23,6 +23,7 @@ struct uswap {
 	/* Movers (writeback, swapoff, compaction) take move_lock and use these buffers. */
 	pthread_mutex_t move_lock;
 	unsigned char *move_buf; /* two pages: a page as its tier stores it, and the plain page */
+	unsigned char *move_buf2; /* the same for swapoff's second mover */
 	uint32_t *move_owners;   /* MOVE_BATCH */
 
 	/* Background maintenance thread. */
@@ -44,9 +45,10 @@ void move_stop(struct uswap *u);
 /*
  * move_page() - move page @id out of tier @from into the first tier that takes it among tiers
  * [@first, nr_tiers) other than @from. @wait: block on the descriptor lock instead of skipping.
+ * @buf: two pages of the caller's (u->move_buf, or move_buf2 for swapoff's second mover).
  * Context: caller holds move_lock. Return: 1 moved; 0 skipped (busy or no longer there); -ENOSPC no
  * tier took it; -EIO / -EBADMSG the read failed (the page stays where it was).
  */
-int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool wait);
+int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool wait, unsigned char *buf);
 
 #endif

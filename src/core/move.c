@@ -1,8 +1,9 @@
 /*
  * move.c - data moving between tiers while the layer is in use: writeback of cold pages to the tier
  * below, swapoff of a tier, compaction of a pool, and the thread that runs them in the background.
- * Only descriptors change; swap ids stay. One mover at a time (move_lock); the page being moved is
- * held by its descriptor lock, so a concurrent load waits and a concurrent free finds it moved.
+ * Only descriptors change; swap ids stay. One mover at a time (move_lock), except that a swapoff runs
+ * two threads under it, over the two halves of its pages; the page being moved is held by its
+ * descriptor lock, so a concurrent load waits and a concurrent free finds it moved.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ static int load_plain(struct uswap *u, struct backend *src, uint32_t id, uint64_
  * inflated on its way to the file, nor recompressed on its way back); its checksum is then verified by
  * the next load. Any other destination gets the plain page, checked here.
  */
-int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool wait)
+int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool wait, unsigned char *buf)
 {
 	struct swap_desc *d = desc_get(&u->descs, id);
 	struct backend *src = &u->tier[from];
@@ -61,19 +62,19 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 	}
 	h = desc_handle(d, src_inline);
 	if (backend_has(src, BACKEND_PACKED)) {
-		len = backend_peek(src, id, h, u->move_buf, &fmt);
+		len = backend_peek(src, id, h, buf, &fmt);
 		ret = len < 0 ? (int)len : 0;
-		if (!ret && fmt == OBJ_PLAIN && csum_buf(u->move_buf, PAGE_SIZE) != d->csum) {
+		if (!ret && fmt == OBJ_PLAIN && csum_buf(buf, PAGE_SIZE) != d->csum) {
 			atomic_fetch_add(&u->csum_errors, 1);
 			ret = -EBADMSG;
 		}
 	} else {
-		ret = load_plain(u, src, id, h, d->csum, u->move_buf);
+		ret = load_plain(u, src, id, h, d->csum, buf);
 	}
 	if (ret)
 		goto out_unlock;
 	if (fmt == OBJ_PLAIN)
-		page = u->move_buf;
+		page = buf;
 	ret = -ENOSPC;
 	for (t = first; t < u->nr_tiers; t++) {
 		struct backend *dst = &u->tier[t];
@@ -81,11 +82,11 @@ int move_page(struct uswap *u, uint32_t id, unsigned from, unsigned first, bool 
 		if (t == from)
 			continue;
 		if (!page) {
-			if (backend_store_obj(dst, u->move_buf, (size_t)len, fmt, id, &nh) == 1)
+			if (backend_store_obj(dst, buf, (size_t)len, fmt, id, &nh) == 1)
 				break;
 			if (backend_has(dst, BACKEND_INLINE))
 				continue; /* it was not same-filled when stored */
-			page = u->move_buf + PAGE_SIZE;
+			page = buf + PAGE_SIZE;
 			ret = load_plain(u, src, id, h, d->csum, page);
 			if (ret)
 				goto out_unlock;
@@ -140,7 +141,7 @@ ssize_t uswap_writeback(struct uswap *u, unsigned tier, size_t max_pages)
 		size_t k = backend_cold(b, u->move_owners, want), progress = 0;
 
 		for (size_t i = 0; i < k && ret >= 0; i++) {
-			ret = move_page(u, u->move_owners[i], tier, tier + 1, false);
+			ret = move_page(u, u->move_owners[i], tier, tier + 1, false, u->move_buf);
 			if (ret > 0)
 				progress++;
 		}
@@ -190,6 +191,34 @@ static uint64_t *swapoff_order(struct uswap *u, unsigned tier, size_t *n)
 	return keys;
 }
 
+/* One mover of a swapoff: the pages of order[from, to), in order, with its own buffers and stream. */
+struct swapoff_part {
+	struct uswap *u;
+	const uint64_t *order;
+	size_t from, to;
+	unsigned tier, stream;
+	unsigned char *buf;
+};
+
+static void *swapoff_run(void *arg)
+{
+	struct swapoff_part *p = arg;
+
+	backend_stream = p->stream;
+	for (size_t i = p->from; i < p->to; i++) {
+		move_page(p->u, (uint32_t)p->order[i], p->tier, 0, true, p->buf);
+		if ((i - p->from) % MOVE_BATCH == MOVE_BATCH - 1)
+			flush_tiers(p->u, p->tier);
+	}
+	backend_stream = 0;
+	return NULL;
+}
+
+/* Below this many pages one mover does it all: a second thread is not worth its start. */
+#ifndef SWAPOFF_SPLIT_MIN
+#define SWAPOFF_SPLIT_MIN 4096
+#endif
+
 int uswap_swapoff(struct uswap *u, unsigned tier)
 {
 	size_t stuck = 0, n = 0;
@@ -205,11 +234,22 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 	 * plus one move per page the tier holds.
 	 */
 	order = backend_has(&u->tier[tier], BACKEND_INLINE) ? NULL : swapoff_order(u, tier, &n);
-	for (size_t i = 0; i < n; i++) {
-		move_page(u, (uint32_t)order[i], tier, 0, true);
-		if (i % MOVE_BATCH == MOVE_BATCH - 1)
-			flush_tiers(u, tier);
-	}
+	/*
+	 * Two movers, each over one half of the order (its own buffers and read-ahead stream): a mover
+	 * spends most of its time compressing or copying into the pool, which the other CPU can do too.
+	 */
+	struct swapoff_part part[2] = {
+		{u, order, 0, n, tier, 0, u->move_buf},
+		{u, order, n / 2, n, tier, 1, u->move_buf2},
+	};
+	pthread_t helper;
+	bool two = n >= SWAPOFF_SPLIT_MIN && !pthread_create(&helper, NULL, swapoff_run, &part[1]);
+
+	if (two)
+		part[0].to = n / 2;
+	swapoff_run(&part[0]);
+	if (two)
+		pthread_join(helper, NULL);
 	ufree(order);
 	/*
 	 * What the ordered pass could not move (or a store that raced with "off"): again, and count. A
@@ -227,7 +267,7 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 
 			if (!(m & DESC_LIVE) || desc_tier(m) != tier)
 				continue;
-			ret = move_page(u, id, tier, 0, true);
+			ret = move_page(u, id, tier, 0, true, u->move_buf);
 			if (ret < 0) {
 				stuck++;
 				last = ret;

@@ -46,11 +46,12 @@ int uswap_create_opts(struct uswap **out, const struct uswap_options *opts)
 		err_set(ret, "cannot reserve descriptors for %llu pages", (unsigned long long)max_pages);
 		goto out_free;
 	}
-	u->move_buf = ualloc_aligned(4096, 2 * PAGE_SIZE);
+	u->move_buf = ualloc_aligned(4096, 4 * PAGE_SIZE);
 	u->move_owners = ualloc(MOVE_BATCH * sizeof(uint32_t));
 	ret = -ENOMEM;
 	if (!u->move_buf || !u->move_owners)
 		goto out_free;
+	u->move_buf2 = u->move_buf + 2 * PAGE_SIZE;
 	ret = config_open_tiers(u, spec, nr_ctx);
 	if (ret)
 		goto out_free;
