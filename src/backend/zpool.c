@@ -582,6 +582,7 @@ static ssize_t zpool_store(struct backend *b, const void *src, size_t npages, ui
 		h = zpool_alloc(zp, ci, NIL, true);
 		if (h == NIL) {
 			pthread_mutex_unlock(&zp->lock);
+			atomic_store_explicit(&b->full, true, memory_order_relaxed);
 			break;
 		}
 		unsigned char *o = obj_ptr(zp, h >> ZP_SLOT_BITS, h & ((1u << ZP_SLOT_BITS) - 1));

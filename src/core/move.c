@@ -328,16 +328,19 @@ ssize_t uswap_maintain(struct uswap *u)
 		struct uswap_tier_stats st;
 
 		if (backend_has(b, BACKEND_LRU) && t + 1 < u->nr_tiers) {
+			/* a store it refused for want of room asks for a batch even under the watermark */
+			bool full = atomic_exchange(&b->full, false);
+
 			backend_stats(b, &st);
-			if (st.capacity_bytes && st.used_bytes * 100 > st.capacity_bytes * WB_HI_PCT) {
-				while (st.used_bytes * 100 > st.capacity_bytes * WB_LO_PCT) {
+			if (st.capacity_bytes && (full || st.used_bytes * 100 > st.capacity_bytes * WB_HI_PCT)) {
+				do {
 					ssize_t n = uswap_writeback(u, t, MOVE_BATCH);
 
 					if (n <= 0)
 						break;
 					done += n;
 					backend_stats(b, &st);
-				}
+				} while (st.used_bytes * 100 > st.capacity_bytes * WB_LO_PCT);
 			}
 		}
 		if (backend_has(b, BACKEND_COMPACT)) {

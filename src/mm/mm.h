@@ -169,7 +169,8 @@ struct uswap_mm {
 	uintptr_t front, back;        /* clock hands: addresses of the next folio to look at */
 	pthread_mutex_t kick_lock;
 	pthread_cond_t kick;
-	bool reclaim_sleeping, stopping;
+	_Atomic bool reclaim_sleeping; /* set before the reclaimer checks whether to sleep */
+	bool stopping;
 	pthread_t reclaimer;
 	bool reclaimer_started;
 	_Atomic int forking;

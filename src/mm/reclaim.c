@@ -494,10 +494,18 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
 	return freed;
 }
 
+/*
+ * Called after every fault above the high watermark, so it takes no lock while the reclaimer is awake:
+ * the reclaimer sets reclaim_sleeping before it checks whether there is work, and the caller changed
+ * that state (resident, forking) before it reads reclaim_sleeping, both sequentially consistent, so
+ * one of the two sees the other.
+ */
 void reclaim_kick(struct uswap_mm *m)
 {
+	if (!atomic_load(&m->reclaim_sleeping))
+		return;
 	pthread_mutex_lock(&m->kick_lock);
-	if (m->reclaim_sleeping)
+	if (atomic_load(&m->reclaim_sleeping))
 		pthread_cond_signal(&m->kick);
 	pthread_mutex_unlock(&m->kick_lock);
 }
@@ -509,12 +517,13 @@ static void *reclaimer_main(void *arg)
 	while (!m->stopping) {
 		size_t freed;
 
+		atomic_store(&m->reclaim_sleeping, true);
 		if (atomic_load(&m->forking) || atomic_load(&m->resident) <= atomic_load(&m->high)) {
-			m->reclaim_sleeping = true;
 			pthread_cond_wait(&m->kick, &m->kick_lock);
-			m->reclaim_sleeping = false;
+			atomic_store(&m->reclaim_sleeping, false);
 			continue;
 		}
+		atomic_store(&m->reclaim_sleeping, false);
 		pthread_mutex_unlock(&m->kick_lock);
 		freed = reclaim_run(m, atomic_load(&m->low), false);
 		pthread_mutex_lock(&m->kick_lock);
@@ -528,9 +537,9 @@ static void *reclaimer_main(void *arg)
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000;
 			}
-			m->reclaim_sleeping = true;
+			atomic_store(&m->reclaim_sleeping, true);
 			pthread_cond_timedwait(&m->kick, &m->kick_lock, &ts);
-			m->reclaim_sleeping = false;
+			atomic_store(&m->reclaim_sleeping, false);
 		}
 	}
 	pthread_mutex_unlock(&m->kick_lock);
