@@ -1,9 +1,9 @@
 /*
  * zpool.c - compressed RAM tier: lz4/zstd objects packed by size class into 64 KiB blocks.
  *
- * The pool is one virtual reservation of max bytes cut into blocks of 16 pages. A block serves one size
- * class (objects of (i+1) * 16 bytes); objects straddle the pages inside a block, so the only waste is
- * rounding (< 16 bytes an object) and the block tail (< one object per 16 pages). A new block's pages
+ * The pool is one virtual reservation of max bytes cut into blocks (64 KiB, or 16 KiB in a pool under
+ * 64 MiB). A block serves one size class (objects of (i+1) * 16 bytes, or 64 in a small pool); objects
+ * straddle the pages inside a block, so the only waste is rounding and the block tail. A new block's pages
  * are made present in one call; a pool of 64 MiB or more grows by 2 MiB chunks (a huge page where the
  * kernel has them). An emptied block stays present on a warm list (up to max/32, at most 8 MiB) for
  * the next block; beyond that, after compaction and when the pool empties, it goes back with
@@ -14,9 +14,10 @@
  *
  * Invariant: a live handle names one object whose header owner is non-zero; nr_used counts them per
  * block; committed counts the pages of populated blocks (warm ones included) and the pages below the
- * high water of lazy ones. Lock order: desc lock (core) ->
- * zpool.lock. Loads read objects without the lock: core holds the descriptor lock, so the object can
- * neither be released nor relocated meanwhile. Called only through backend.c.
+ * high water of lazy ones. Lock order: desc lock (core) -> zpool.lock. Loads read objects without the
+ * lock: core holds the descriptor lock, so the object can neither be released nor relocated meanwhile.
+ * Stores write an object's data after dropping the lock (no one reads it before it is published).
+ * Called only through backend.c.
  */
 #include <assert.h>
 #include <errno.h>
