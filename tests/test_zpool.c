@@ -233,4 +233,5 @@ static void zstd_levels(void)
 	free(q);
 }
 
-CHECK_MAIN(T(every_size_class), T(small_pool_fills), T(compaction_after_frees), T(incompressible_goes_on), T(zstd_levels))
+CHECK_MAIN(T(every_size_class), T(small_pool_fills), T(compaction_after_frees), T(incompressible_goes_on),
+	   T(zstd_levels))

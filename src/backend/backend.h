@@ -92,7 +92,8 @@ struct backend {
 	unsigned index;   /* position in the stack */
 	char spec[112];   /* as configured, for stats and messages */
 	_Atomic bool off; /* swapped off: takes no stores */
-	_Atomic bool full; /* refused a store for want of room (not an incompressible page): writeback wanted */
+	/* refused a store for want of room (not for an incompressible page): writeback wanted */
+	_Atomic bool full;
 	_Atomic uint64_t nr_pages, stores, loads, rejects, errors, wb_in, wb_out;
 	struct backend_fault fault;
 };

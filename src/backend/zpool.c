@@ -3,9 +3,9 @@
  *
  * The pool is one virtual reservation of max bytes cut into blocks (64 KiB, or 16 KiB in a pool under
  * 64 MiB). A block serves one size class (objects of (i+1) * 16 bytes, or 64 in a small pool); objects
- * straddle the pages inside a block, so the only waste is rounding and the block tail. A new block's pages
- * are made present in one call; a pool of 64 MiB or more grows by 2 MiB chunks (a huge page where the
- * kernel has them). An emptied block stays present on a warm list (up to max/32, at most 8 MiB) for
+ * straddle the pages inside a block, so the only waste is rounding and the block tail. A new block's
+ * pages are made present in one call; a pool of 64 MiB or more grows by 2 MiB chunks (a huge page where
+ * the kernel has them). An emptied block stays present on a warm list (up to max/32, at most 8 MiB) for
  * the next block; beyond that, after compaction and when the pool empties, it goes back with
  * MADV_DONTNEED. Near max a block is touched lazily, page by page in order, so that the pool never
  * holds more than max. Each object starts with a 6-byte header (owner, compressed length): the owner

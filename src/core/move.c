@@ -332,7 +332,8 @@ ssize_t uswap_maintain(struct uswap *u)
 			bool full = atomic_exchange(&b->full, false);
 
 			backend_stats(b, &st);
-			if (st.capacity_bytes && (full || st.used_bytes * 100 > st.capacity_bytes * WB_HI_PCT)) {
+			if (st.capacity_bytes &&
+			    (full || st.used_bytes * 100 > st.capacity_bytes * WB_HI_PCT)) {
 				do {
 					ssize_t n = uswap_writeback(u, t, MOVE_BATCH);
 
