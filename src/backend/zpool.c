@@ -38,19 +38,19 @@
  * bytes an object). A pool under ZP_CHUNKED_MIN: 16 KiB blocks and 64 classes 64 bytes apart, since
  * every class in use keeps a partly filled block, and 256 of 64 KiB would outweigh a few MiB of pool.
  */
-#define ZP_BLOCK_SHIFT 16
+#define ZP_BLOCK_SHIFT       16
 #define ZP_SMALL_BLOCK_SHIFT 14
-#define ZP_BLOCK_SIZE (1u << ZP_BLOCK_SHIFT)
-#define ZP_ALIGN 16u
-#define ZP_SMALL_ALIGN 64u
-#define ZP_NR_CLASSES (PAGE_SIZE / ZP_ALIGN)
-#define ZP_HDR 6u /* owner (4) + compressed length (2); a free object keeps owner 0 and its next slot */
-#define ZP_SLOT_BITS 12 /* 64 KiB / 16 */
-#define ZP_MAX_BLOCKS (1u << (32 - ZP_SLOT_BITS)) /* handles fit in 32 bits: 64 GiB of pool */
-#define NIL UINT32_MAX
-#define ZP_CHUNK_SIZE (2u << 20) /* a pool that grows by whole huge pages */
-#define ZP_CHUNK_BLOCKS (ZP_CHUNK_SIZE / ZP_BLOCK_SIZE) /* chunked pools have 64 KiB blocks */
-#define ZP_CHUNKED_MIN (64ull << 20) /* smaller pools grow a block (or a page) at a time */
+#define ZP_BLOCK_SIZE        (1u << ZP_BLOCK_SHIFT)
+#define ZP_ALIGN             16u
+#define ZP_SMALL_ALIGN       64u
+#define ZP_NR_CLASSES        (PAGE_SIZE / ZP_ALIGN)
+#define ZP_HDR               6u /* owner (4) + compressed length (2); a free object keeps owner 0 and its next slot */
+#define ZP_SLOT_BITS         12                          /* 64 KiB / 16 */
+#define ZP_MAX_BLOCKS        (1u << (32 - ZP_SLOT_BITS)) /* handles fit in 32 bits: 64 GiB of pool */
+#define NIL                  UINT32_MAX
+#define ZP_CHUNK_SIZE        (2u << 20)                      /* a pool that grows by whole huge pages */
+#define ZP_CHUNK_BLOCKS      (ZP_CHUNK_SIZE / ZP_BLOCK_SIZE) /* chunked pools have 64 KiB blocks */
+#define ZP_CHUNKED_MIN       (64ull << 20) /* smaller pools grow a block (or a page) at a time */
 
 static_assert(ZP_BLOCK_SIZE / ZP_ALIGN <= (1u << ZP_SLOT_BITS), "slot index fits in a handle");
 static_assert((1u << ZP_SMALL_BLOCK_SHIFT) >= PAGE_SIZE, "an object fits in a small block");
@@ -78,16 +78,16 @@ struct zclass {
 struct zpool {
 	pthread_mutex_t lock;
 	unsigned char *base;
-	unsigned shift;      /* block size: 1 << shift */
-	unsigned align;      /* class granularity */
-	unsigned nr_classes; /* PAGE_SIZE / align */
-	uint32_t max_blocks; /* reservation, from max= */
-	uint32_t hwm;        /* blocks ever used */
+	unsigned shift;       /* block size: 1 << shift */
+	unsigned align;       /* class granularity */
+	unsigned nr_classes;  /* PAGE_SIZE / align */
+	uint32_t max_blocks;  /* reservation, from max= */
+	uint32_t hwm;         /* blocks ever used */
 	uint32_t free_blocks; /* blocks given back to the kernel: no pages */
 	uint32_t warm_blocks; /* free blocks whose pages stay present (and counted in committed) */
 	uint64_t warm_bytes, warm_max;
-	bool chunked;         /* grows by whole 2 MiB chunks, huge pages where the kernel has them */
-	unsigned char *map;   /* the reservation; base is it aligned to a chunk */
+	bool chunked;       /* grows by whole 2 MiB chunks, huge pages where the kernel has them */
+	unsigned char *map; /* the reservation; base is it aligned to a chunk */
 	size_t map_len;
 	uint32_t lru_head, lru_tail;
 	uint64_t max_bytes;
@@ -314,7 +314,8 @@ static void block_free(struct zpool *zp, uint32_t i, bool keep)
 	lru_unlink(zp, i);
 	zp->cls[b->cls].nr_blocks--;
 	b->state = ZB_FREE;
-	if (keep && b->populated && zp->nr_objs && zp->warm_bytes + ((size_t)1 << zp->shift) <= zp->warm_max) {
+	if (keep && b->populated && zp->nr_objs &&
+	    zp->warm_bytes + ((size_t)1 << zp->shift) <= zp->warm_max) {
 		b->next = zp->warm_blocks;
 		zp->warm_blocks = i;
 		zp->warm_bytes += (size_t)1 << zp->shift;
@@ -368,7 +369,8 @@ static size_t zpool_growth(const struct zpool *zp, uint32_t i)
 	if (b->populated)
 		return 0;
 
-	return (hw + obj + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE - (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
+	return (hw + obj + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE -
+	       (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
 }
 
 /* Allocate an object of class @ci outside block @avoid. Return: handle, or NIL when full. */
@@ -466,7 +468,8 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 				long l = strtol(val, &end, 10);
 
 				if (*end || l < 1 || l > 19)
-					return err_set(-EINVAL, "tier \"%s\": zstd level \"%s\" is not 1..19", b->spec, val);
+					return err_set(-EINVAL, "tier \"%s\": zstd level \"%s\" is not 1..19",
+						       b->spec, val);
 				level = (int)l;
 				level_set = true;
 			}
@@ -475,24 +478,29 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 			long l = strtol(val, &end, 10);
 
 			if (!val[0] || *end || l < 1 || l > 19)
-				return err_set(-EINVAL, "tier \"%s\": level \"%s\" is not 1..19", b->spec, val);
+				return err_set(-EINVAL, "tier \"%s\": level \"%s\" is not 1..19", b->spec,
+					       val);
 			level = (int)l;
 			level_set = true;
 		} else if (!strcmp(key, "max")) {
 			if (uswap_parse_size(val, 1, &max) || max < ZP_BLOCK_SIZE)
-				return err_set(-EINVAL, "tier \"%s\": max \"%s\" is not a size of 64K or more (256M, 25%%)",
-					       b->spec, val);
+				return err_set(
+					-EINVAL,
+					"tier \"%s\": max \"%s\" is not a size of 64K or more (256M, 25%%)",
+					b->spec, val);
 		} else if (!strcmp(key, "reject")) {
 			char *end;
 			long p = strtol(val, &end, 10);
 
 			if (!val[0] || strcmp(end, "%") || p < 10 || p > 100)
-				return err_set(-EINVAL, "tier \"%s\": reject \"%s\" is not a percentage 10%%..100%%",
+				return err_set(-EINVAL,
+					       "tier \"%s\": reject \"%s\" is not a percentage 10%%..100%%",
 					       b->spec, val);
 			reject_pct = (unsigned)p;
 		} else {
 			return err_set(-EINVAL,
-				       "tier \"%s\": unknown zpool option \"%s\" (lz4, zstd[=LEVEL], level=N, max=SIZE, reject=N%%)",
+				       "tier \"%s\": unknown zpool option \"%s\" (lz4, zstd[=LEVEL], "
+				       "level=N, max=SIZE, reject=N%%)",
 				       b->spec, key);
 		}
 	}
@@ -533,7 +541,8 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	zp->map = ureserve(zp->map_len);
 	if (!zp->blocks || !zp->map)
 		goto out_free;
-	zp->base = (unsigned char *)(((uintptr_t)zp->map + ZP_CHUNK_SIZE - 1) & ~(uintptr_t)(ZP_CHUNK_SIZE - 1));
+	zp->base =
+		(unsigned char *)(((uintptr_t)zp->map + ZP_CHUNK_SIZE - 1) & ~(uintptr_t)(ZP_CHUNK_SIZE - 1));
 	if (zp->chunked)
 		madvise(zp->base, (size_t)zp->max_blocks << zp->shift, MADV_HUGEPAGE); /* advice only */
 	ret = codec_init(&zp->codec, kind, level, env->nr_ctx);
@@ -564,7 +573,8 @@ static void zpool_close(struct backend *b)
 	b->priv = NULL;
 }
 
-static ssize_t zpool_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
+static ssize_t zpool_store(struct backend *b, const void *src, size_t npages, uint32_t owner,
+			   uint64_t *handles)
 {
 	struct zpool *zp = b->priv;
 	const unsigned char *s = src;
@@ -620,7 +630,8 @@ static int zpool_load(struct backend *b, uint32_t owner, const uint64_t *handles
 			break;
 		}
 		o = obj_ptr(zp, blk, handles[i] & ((1u << ZP_SLOT_BITS) - 1));
-		ret = codec_decompress(&zp->codec, x, o + ZP_HDR, hdr_len(o), (unsigned char *)dst + i * PAGE_SIZE);
+		ret = codec_decompress(&zp->codec, x, o + ZP_HDR, hdr_len(o),
+				       (unsigned char *)dst + i * PAGE_SIZE);
 	}
 	if (x)
 		codec_put(x);
