@@ -459,6 +459,53 @@ static void test_file_swapoff_while_loading(void)
 	free(a);
 }
 
+/*
+ * Swapoff of a file holding plain pages, large enough for two movers (each compresses its half into
+ * the pool, reading the file through its own readahead windows), while two threads load and check.
+ */
+static void test_file_swapoff_plain_two_movers(void)
+{
+	enum { N = 2500 }; /* folios of 4 pages: 10000 pages over 20 clusters */
+	struct uswap_options o = {.tiers = "file:size=128M,zpool:lz4:max=128M", .no_background = 1};
+	static uswap_id_t ids[N];
+	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE), *b = malloc(4 * USWAP_PAGE_SIZE);
+	struct reader_arg r[2];
+	_Atomic int stop = 0;
+	struct uswap_stats st;
+	pthread_t t[2];
+	struct uswap *u;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (size_t i = 0; i < N; i++) {
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_store(u, a, 4, &ids[i]), 0);
+	}
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[0].pages, N * 4);
+	for (int i = 0; i < 2; i++) {
+		r[i] = (struct reader_arg){u, ids, N, &stop, 0, 0};
+		CHECK_EQ(pthread_create(&t[i], NULL, reader, &r[i]), 0);
+	}
+	CHECK_EQ(uswap_swapoff(u, 0), 0);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ(r[i].bad, 0);
+	}
+	CHECK_EQ(uswap_stats(u, &st), 0);
+	CHECK_EQ(st.tier[0].pages, 0);
+	CHECK_EQ(st.tier[1].pages, N * 4);
+	CHECK_EQ(st.csum_errors, 0);
+	for (size_t i = 0; i < N; i++) {
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_load(u, ids[i], b, 4), 0);
+		CHECK_MEM(a, b, 4 * USWAP_PAGE_SIZE);
+	}
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
 /* EIO while writing back and while swapping off: the pages stay where they were, intact. */
 static void test_file_eio_while_moving(void)
 {
@@ -622,5 +669,5 @@ CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file
 	   T(test_file_writeback_and_swapoff), T(test_file_named_mode_and_corruption), T(test_file_threads),
 	   T(test_file_injected_eio), T(test_file_every_folio_size), T(test_file_writeback_stays_compressed),
 	   T(test_file_writeback_corruption_detected), T(test_file_writeback_under_pressure),
-	   T(test_file_swapoff_while_loading), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
+	   T(test_file_swapoff_while_loading), T(test_file_swapoff_plain_two_movers), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
 	   T(test_file_nothing_left_after_destroy), T(test_file_churn_fragmentation))
