@@ -951,6 +951,8 @@ static void punch_surplus(struct file_tier *f)
 			batch[j] = batch[j - 1];
 			batch[j - 1] = t;
 		}
+	size_t calls = 0;
+
 	for (size_t i = 0; i < n;) {
 		size_t k = 1;
 		uint64_t len = 0;
@@ -960,10 +962,11 @@ static void punch_surplus(struct file_tier *f)
 		for (size_t j = i; j < i + k; j++)
 			len += (uint64_t)f->cl[batch[j]].cap * PAGE_SIZE;
 		punch(f, (uint64_t)batch[i] * FC_BYTES, len);
-		f->punch_calls++;
+		calls++;
 		i += k;
 	}
 	pthread_mutex_lock(&f->lock);
+	f->punch_calls += calls; /* under the lock: swapoff's two movers may both get here */
 	for (size_t i = 0; i < n; i++) {
 		f->cl[batch[i]].kind = FC_FREE;
 		f->cl[batch[i]].backed = 0;
