@@ -165,10 +165,10 @@ int uswap_store(struct uswap *u, const void *src, size_t npages, uswap_id_t *idp
 			}
 			if (n < 0 && n != -ENOSPC)
 				err = (int)n;
+			/* a full pool wants writeback; an incompressible page does not */
 			if (backend_has(b, BACKEND_LRU) && t + 1 < u->nr_tiers &&
 			    atomic_load_explicit(&b->full, memory_order_relaxed))
-				move_kick(
-					u); /* a full pool wants writeback; an incompressible page does not */
+				move_kick(u);
 		}
 		if (t == u->nr_tiers)
 			goto out_undo;
