@@ -128,14 +128,16 @@ static inline void hdr_set(unsigned char *o, uint32_t owner, uint16_t len)
 	memcpy(o + 4, &len, 2);
 }
 
+static inline size_t block_bytes(const struct zpool *zp)
+{
+	return (size_t)1 << zp->shift;
+}
+
 static size_t block_committed(const struct zpool *zp, const struct zblock *b)
 {
 	size_t hw = (size_t)b->nr_alloc * zp->cls[b->cls].obj_size;
 
-	if (b->populated)
-		return (size_t)1 << zp->shift;
-
-	return (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
+	return b->populated ? block_bytes(zp) : (hw + PAGE_SIZE - 1) / PAGE_SIZE * PAGE_SIZE;
 }
 
 /* ---- lists, all under zp->lock ---- */
@@ -215,12 +217,10 @@ static void partial_push(struct zpool *zp, uint32_t i, bool at_head)
  */
 static bool block_populate(struct zpool *zp, uint32_t i)
 {
-	size_t len = (size_t)1 << zp->shift;
-
-	if (zp->committed + len > zp->max_bytes ||
-	    madvise(zp->base + ((size_t)i << zp->shift), len, MADV_POPULATE_WRITE))
+	if (zp->committed + block_bytes(zp) > zp->max_bytes ||
+	    madvise(zp->base + ((size_t)i << zp->shift), block_bytes(zp), MADV_POPULATE_WRITE))
 		return false;
-	zp->committed += len;
+	zp->committed += block_bytes(zp);
 	return true;
 }
 
@@ -259,7 +259,7 @@ static uint32_t block_new(struct zpool *zp, unsigned ci)
 	if (zp->warm_blocks != NIL) { /* present and counted already */
 		i = zp->warm_blocks;
 		zp->warm_blocks = zp->blocks[i].next;
-		zp->warm_bytes -= (size_t)1 << zp->shift;
+		zp->warm_bytes -= block_bytes(zp);
 	} else if (zp->committed + PAGE_SIZE > zp->max_bytes) {
 		/* The next block will touch at least one page: refuse at the limit, not beyond it. */
 		return NIL;
@@ -292,7 +292,7 @@ static void block_release(struct zpool *zp, uint32_t i)
 	struct zblock *b = &zp->blocks[i];
 
 	zp->committed -= block_committed(zp, b);
-	urelease_pages(zp->base + ((size_t)i << zp->shift), (size_t)1 << zp->shift);
+	urelease_pages(zp->base + ((size_t)i << zp->shift), block_bytes(zp));
 	b->populated = 0;
 	b->nr_alloc = 0;
 	b->next = zp->free_blocks;
@@ -314,11 +314,10 @@ static void block_free(struct zpool *zp, uint32_t i, bool keep)
 	lru_unlink(zp, i);
 	zp->cls[b->cls].nr_blocks--;
 	b->state = ZB_FREE;
-	if (keep && b->populated && zp->nr_objs &&
-	    zp->warm_bytes + ((size_t)1 << zp->shift) <= zp->warm_max) {
+	if (keep && b->populated && zp->nr_objs && zp->warm_bytes + block_bytes(zp) <= zp->warm_max) {
 		b->next = zp->warm_blocks;
 		zp->warm_blocks = i;
-		zp->warm_bytes += (size_t)1 << zp->shift;
+		zp->warm_bytes += block_bytes(zp);
 		return;
 	}
 	if (zp->nr_objs) {
@@ -522,7 +521,7 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	zp->shift = zp->chunked ? ZP_BLOCK_SHIFT : ZP_SMALL_BLOCK_SHIFT;
 	zp->align = zp->chunked ? ZP_ALIGN : ZP_SMALL_ALIGN;
 	zp->nr_classes = PAGE_SIZE / zp->align;
-	zp->max_blocks = (uint32_t)((max + ((uint64_t)1 << zp->shift) - 1) >> zp->shift) + zp->nr_classes;
+	zp->max_blocks = (uint32_t)((max + block_bytes(zp) - 1) >> zp->shift) + zp->nr_classes;
 	if (zp->max_blocks > ZP_MAX_BLOCKS)
 		zp->max_blocks = ZP_MAX_BLOCKS;
 	zp->reject_len = (size_t)PAGE_SIZE * reject_pct / 100;
@@ -532,7 +531,7 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	zp->warm_max = zp->chunked ? (max / 32 < (8u << 20) ? max / 32 : (8u << 20)) : 0;
 	for (unsigned i = 0; i < zp->nr_classes; i++) {
 		zp->cls[i].obj_size = (i + 1) * zp->align;
-		zp->cls[i].per_block = (1u << zp->shift) / zp->cls[i].obj_size;
+		zp->cls[i].per_block = (uint32_t)(block_bytes(zp) / zp->cls[i].obj_size);
 		zp->cls[i].head = zp->cls[i].tail = NIL;
 	}
 	ret = -ENOMEM;

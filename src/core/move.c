@@ -215,9 +215,7 @@ static void *swapoff_run(void *arg)
 }
 
 /* Below this many pages one mover does it all: a second thread is not worth its start. */
-#ifndef SWAPOFF_SPLIT_MIN
 #define SWAPOFF_SPLIT_MIN 4096
-#endif
 
 int uswap_swapoff(struct uswap *u, unsigned tier)
 {
