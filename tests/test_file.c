@@ -411,13 +411,58 @@ static void *reader(void *p)
 	return NULL;
 }
 
+/* Folios of 4 text pages, folio i from seed_for(i), stored into @u. */
+static void store_text_folios(struct uswap *u, uswap_id_t *ids, size_t n)
+{
+	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE);
+
+	for (size_t i = 0; i < n; i++) {
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_store(u, a, 4, &ids[i]), 0);
+	}
+	free(a);
+}
+
+/* Every folio of store_text_folios() loads back identical. */
+static void check_text_folios(struct uswap *u, const uswap_id_t *ids, size_t n)
+{
+	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE), *b = malloc(4 * USWAP_PAGE_SIZE);
+
+	for (size_t i = 0; i < n; i++) {
+		fill_pages(a, 4, PK_TEXT, seed_for(i));
+		CHECK_EQ(uswap_load(u, ids[i], b, 4), 0);
+		CHECK_MEM(a, b, 4 * USWAP_PAGE_SIZE);
+	}
+	free(a);
+	free(b);
+}
+
+/* Two reader() threads over the folios of store_text_folios(). */
+static void readers_start(struct reader_arg r[2], pthread_t t[2], struct uswap *u, const uswap_id_t *ids,
+			  size_t n, _Atomic int *stop)
+{
+	for (int i = 0; i < 2; i++) {
+		r[i] = (struct reader_arg){u, ids, n, stop, 0, 0};
+		CHECK_EQ(pthread_create(&t[i], NULL, reader, &r[i]), 0);
+	}
+}
+
+/* Stop them: each must have seen only identical data. */
+static void readers_stop(struct reader_arg r[2], pthread_t t[2], _Atomic int *stop)
+{
+	atomic_store(stop, 1);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ(r[i].bad, 0);
+	}
+}
+
 /* Swapoff of the file tier, then of the pool, while two threads keep loading and checking. */
 static void test_file_swapoff_while_loading(void)
 {
 	enum { N = 1500 };
 	struct uswap_options o = {.tiers = "zpool:lz4:max=64M,file:size=64M", .no_background = 1};
 	static uswap_id_t ids[N];
-	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE);
 	struct reader_arg r[2];
 	_Atomic int stop = 0;
 	struct uswap_stats st;
@@ -425,15 +470,9 @@ static void test_file_swapoff_while_loading(void)
 	struct uswap *u;
 
 	CHECK_EQ(uswap_create_opts(&u, &o), 0);
-	for (size_t i = 0; i < N; i++) {
-		fill_pages(a, 4, PK_TEXT, seed_for(i));
-		CHECK_EQ(uswap_store(u, a, 4, &ids[i]), 0);
-	}
+	store_text_folios(u, ids, N);
 	CHECK_EQ(uswap_writeback(u, 0, N * 4), N * 4);
-	for (int i = 0; i < 2; i++) {
-		r[i] = (struct reader_arg){u, ids, N, &stop, 0, 0};
-		CHECK_EQ(pthread_create(&t[i], NULL, reader, &r[i]), 0);
-	}
+	readers_start(r, t, u, ids, N, &stop);
 	CHECK_EQ(uswap_swapoff(u, 1), 0); /* file -> pool */
 	CHECK_EQ(uswap_stats(u, &st), 0);
 	CHECK_EQ(st.tier[1].pages, 0);
@@ -443,20 +482,9 @@ static void test_file_swapoff_while_loading(void)
 	CHECK_EQ(uswap_stats(u, &st), 0);
 	CHECK_EQ(st.tier[0].pages, 0);
 	CHECK_EQ(st.tier[1].pages, N * 4);
-	atomic_store(&stop, 1);
-	for (int i = 0; i < 2; i++) {
-		pthread_join(t[i], NULL);
-		CHECK_EQ(r[i].bad, 0);
-	}
-	for (size_t i = 0; i < N; i++) {
-		unsigned char b[4 * USWAP_PAGE_SIZE];
-
-		fill_pages(a, 4, PK_TEXT, seed_for(i));
-		CHECK_EQ(uswap_load(u, ids[i], b, 4), 0);
-		CHECK_MEM(a, b, 4 * USWAP_PAGE_SIZE);
-	}
+	readers_stop(r, t, &stop);
+	check_text_folios(u, ids, N);
 	uswap_destroy(u);
-	free(a);
 }
 
 /*
@@ -468,7 +496,6 @@ static void test_file_swapoff_plain_two_movers(void)
 	enum { N = 2500 }; /* folios of 4 pages: 10000 pages over 20 clusters */
 	struct uswap_options o = {.tiers = "file:size=128M,zpool:lz4:max=128M", .no_background = 1};
 	static uswap_id_t ids[N];
-	unsigned char *a = malloc(4 * USWAP_PAGE_SIZE), *b = malloc(4 * USWAP_PAGE_SIZE);
 	struct reader_arg r[2];
 	_Atomic int stop = 0;
 	struct uswap_stats st;
@@ -476,34 +503,18 @@ static void test_file_swapoff_plain_two_movers(void)
 	struct uswap *u;
 
 	CHECK_EQ(uswap_create_opts(&u, &o), 0);
-	for (size_t i = 0; i < N; i++) {
-		fill_pages(a, 4, PK_TEXT, seed_for(i));
-		CHECK_EQ(uswap_store(u, a, 4, &ids[i]), 0);
-	}
+	store_text_folios(u, ids, N);
 	CHECK_EQ(uswap_stats(u, &st), 0);
 	CHECK_EQ(st.tier[0].pages, N * 4);
-	for (int i = 0; i < 2; i++) {
-		r[i] = (struct reader_arg){u, ids, N, &stop, 0, 0};
-		CHECK_EQ(pthread_create(&t[i], NULL, reader, &r[i]), 0);
-	}
+	readers_start(r, t, u, ids, N, &stop);
 	CHECK_EQ(uswap_swapoff(u, 0), 0);
-	atomic_store(&stop, 1);
-	for (int i = 0; i < 2; i++) {
-		pthread_join(t[i], NULL);
-		CHECK_EQ(r[i].bad, 0);
-	}
+	readers_stop(r, t, &stop);
 	CHECK_EQ(uswap_stats(u, &st), 0);
 	CHECK_EQ(st.tier[0].pages, 0);
 	CHECK_EQ(st.tier[1].pages, N * 4);
 	CHECK_EQ(st.csum_errors, 0);
-	for (size_t i = 0; i < N; i++) {
-		fill_pages(a, 4, PK_TEXT, seed_for(i));
-		CHECK_EQ(uswap_load(u, ids[i], b, 4), 0);
-		CHECK_MEM(a, b, 4 * USWAP_PAGE_SIZE);
-	}
+	check_text_folios(u, ids, N);
 	uswap_destroy(u);
-	free(a);
-	free(b);
 }
 
 /* EIO while writing back and while swapping off: the pages stay where they were, intact. */

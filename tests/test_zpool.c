@@ -24,6 +24,12 @@ static void fill_sized(unsigned char *p, size_t k, uint64_t seed)
 	p[PAGE - 1] = 1; /* never same-filled */
 }
 
+/* Page @i of a mixed run: it compresses to 200..2600 bytes. */
+static void fill_mixed(unsigned char *p, unsigned i)
+{
+	fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+}
+
 static struct uswap *open_pool(const char *spec)
 {
 	return check_layer(spec, 0);
@@ -103,7 +109,7 @@ static void small_pool_fills(void)
 	if (!u)
 		return;
 	for (unsigned i = 0; i < N; i++) {
-		fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+		fill_mixed(p, i);
 		int ret = uswap_store(u, p, 1, &ids[i]);
 
 		if (ret == -ENOSPC)
@@ -119,7 +125,7 @@ static void small_pool_fills(void)
 	for (unsigned i = 0; i < N; i++) {
 		if (!ids[i])
 			continue;
-		fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+		fill_mixed(p, i);
 		CHECK_EQ(uswap_load(u, ids[i], q, 1), 0);
 		CHECK_MEM(q, p, PAGE);
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
@@ -140,7 +146,7 @@ static void compaction_after_frees(void)
 	if (!u)
 		return;
 	for (unsigned i = 0; i < N; i++) {
-		fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+		fill_mixed(p, i);
 		CHECK_EQ(uswap_store(u, p, 1, &ids[i]), 0);
 	}
 	/* free three in four, spread over every block */
@@ -172,7 +178,7 @@ static void compaction_after_frees(void)
 	for (unsigned i = 0; i < N; i++) {
 		if (!ids[i])
 			continue;
-		fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+		fill_mixed(p, i);
 		CHECK_EQ(uswap_load(u, ids[i], q, 1), 0);
 		CHECK_MEM(q, p, PAGE);
 	}
