@@ -68,6 +68,15 @@ int uswap_load(struct uswap *u, uswap_id_t id, void *dst, size_t npages);
 int uswap_load_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n, void *dst);
 
 /*
+ * uswap_load_vec() - best effort, for readahead: copy page @idx[i] of folio @ids[i] into page i of
+ * @dst, for a prefix of the @n pages (at most USWAP_FOLIO_MAX_PAGES), with the pages of each run in one
+ * tier read in one round of I/O. The prefix ends at the first page that is not live or whose
+ * descriptor is busy (a mover has it): no waiting. The ids stay valid.
+ * Return: pages loaded; -EBADMSG / -EIO as uswap_load(), and then nothing is loaded.
+ */
+ssize_t uswap_load_vec(struct uswap *u, const uswap_id_t *ids, const uint32_t *idx, size_t n, void *dst);
+
+/*
  * uswap_free() - release the folio @id and its storage. uswap_free_pages() releases a part of it
  * (the rest of the folio stays loadable page by page; the folio ends when its last page is freed).
  * Return: 0; -ENOENT not a live id; -EINVAL bad range.

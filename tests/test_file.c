@@ -315,6 +315,75 @@ static void test_file_writeback_corruption_detected(void)
 	free(b);
 }
 
+/*
+ * uswap_load_vec(): pages of folios in every tier (same-filled, the pool, the file packed by writeback
+ * and plain), in an order that mixes them, come back exact; the file tier reads a run of them in one
+ * load; a freed page ends the prefix; a page that fails its checksum or a tier error fails the batch.
+ */
+static void test_file_load_vec(void)
+{
+	enum { NF = 24, PS = USWAP_PAGE_SIZE };
+	static const enum page_kind kinds[] = {PK_TEXT, PK_RANDOM, PK_SAME, PK_TEXT};
+	struct uswap_options o = {.tiers = "same,zpool:lz4:max=16M,file:size=16M", .no_background = 1};
+	unsigned char *a = malloc(4 * PS), *b = malloc(64 * PS);
+	uswap_id_t ids[NF], vid[64];
+	uint32_t vidx[64];
+	size_t np[NF], vf[64], n = 0;
+	struct uswap_tier_stats before, after;
+	struct uswap *u;
+	unsigned t = 9;
+	uint64_t h = 0;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (size_t f = 0; f < NF; f++) {
+		np[f] = 1 + f % 3;
+		fill_pages(a, np[f], kinds[f % 4], seed_for(f));
+		CHECK_EQ(uswap_store(u, a, np[f], &ids[f]), 0);
+	}
+	CHECK_EQ(uswap_writeback(u, 1, 10), 10); /* some text pages go to the file, compressed */
+	/* Backwards over the folios, each folio's pages in order. */
+	for (size_t f = NF; f-- > 0;)
+		for (uint32_t j = 0; j < np[f]; j++, n++) {
+			vid[n] = ids[f];
+			vidx[n] = j;
+			vf[n] = f;
+		}
+	memset(b, 0, 64 * PS);
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, n, b), (ssize_t)n);
+	for (size_t i = 0; i < n; i++) {
+		fill_pages(a, np[vf[i]], kinds[vf[i] % 4], seed_for(vf[i]));
+		CHECK_MEM(a + vidx[i] * PS, b + i * PS, PS);
+	}
+	/* Six plain pages in the file, one load of the file tier. */
+	check_tier_stats(u, 2, &before);
+	for (size_t i = 0; i < 6; i++) {
+		vid[i] = ids[1 + 4 * i];
+		vidx[i] = 0;
+	}
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, 6, b), 6);
+	check_tier_stats(u, 2, &after);
+	CHECK_EQ(after.loads - before.loads, 1);
+	/* A freed folio ends the prefix. */
+	for (size_t i = 0; i < 4; i++) {
+		vid[i] = ids[i];
+		vidx[i] = 0;
+	}
+	CHECK_EQ(uswap_free(u, ids[2]), 0);
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, 4, b), 2);
+	/* A tier error or a corrupt page: the whole batch fails. */
+	backend_inject(testhook_tier(u, 2), false, 1, -EIO, false);
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, 2, b), -EIO);
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, 2, b), 2);
+	for (size_t f = NF; f-- > 0 && t != 1;)
+		CHECK_EQ(testhook_page(u, (vid[1] = ids[f]), 0, &t, &h), 0);
+	CHECK_EQ(t, 1);
+	CHECK_EQ(zpool_corrupt(testhook_tier(u, 1), h), 0);
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, 2, b), -EBADMSG);
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
 struct press_arg {
 	struct uswap *u;
 	uint64_t seed;
@@ -679,6 +748,6 @@ static void test_file_churn_fragmentation(void)
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
 	   T(test_file_writeback_and_swapoff), T(test_file_named_mode_and_corruption), T(test_file_threads),
 	   T(test_file_injected_eio), T(test_file_every_folio_size), T(test_file_writeback_stays_compressed),
-	   T(test_file_writeback_corruption_detected), T(test_file_writeback_under_pressure),
+	   T(test_file_writeback_corruption_detected), T(test_file_load_vec), T(test_file_writeback_under_pressure),
 	   T(test_file_swapoff_while_loading), T(test_file_swapoff_plain_two_movers), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
 	   T(test_file_nothing_left_after_destroy), T(test_file_churn_fragmentation))

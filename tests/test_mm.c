@@ -220,15 +220,20 @@ static void test_mm_folio_sweep(void)
 
 /*
  * Sequential passes over a region 8x the limit bring pages in ahead of the faults (readahead);
- * pages read ahead, written, evicted again and read back must still be exact.
+ * pages read ahead, written, evicted again and read back must still be exact. The last setup has a
+ * pool too small for the region: most pages are read ahead from the file, in batches.
  */
 static void test_mm_sequential_readahead(void)
 {
-	static const size_t folios[] = {4096, 16384};
+	static const struct {
+		const char *tiers;
+		size_t folio;
+	} setups[] = {{TIERS, 4096}, {TIERS, 16384}, {"same,zpool:lz4:max=1M,file:size=256M", 4096}};
 
-	for (size_t k = 0; k < sizeof(folios) / sizeof(folios[0]); k++) {
+	for (size_t k = 0; k < sizeof(setups) / sizeof(setups[0]); k++) {
 		const size_t n = 8192; /* 32 MiB under 4 MiB */
-		struct uswap_mm *m = mm_new(4 * MiB, TIERS, folios[k]);
+		struct uswap_mm *m = mm_new(4 * MiB, setups[k].tiers, setups[k].folio);
+		struct uswap_tier_stats file;
 		struct uswap_mm_stats st;
 		uint32_t *sums = calloc(n, sizeof(*sums));
 		unsigned char *p;
@@ -247,6 +252,9 @@ static void test_mm_sequential_readahead(void)
 			CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
 		uswap_mm_stats(m, &st);
 		CHECK(st.readahead_pages > 0);
+		check_tier_stats(uswap_mm_swap(m), 2, &file);
+		if (k == 2)
+			CHECK(file.loads > 0);
 		CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
 		CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 		CHECK_EQ(swap_pages(m), 0);

@@ -109,6 +109,27 @@ int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, siz
 	return ret;
 }
 
+int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
+		     void *dst)
+{
+	int ret = 0;
+
+	if (fault_fires(&b->fault.load_nth, b->fault.sticky)) {
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+		return b->fault.load_err;
+	}
+	if (b->ops->load_vec)
+		ret = b->ops->load_vec(b, owners, handles, npages, dst);
+	else
+		for (size_t i = 0; i < npages && !ret; i++)
+			ret = b->ops->load(b, owners[i], handles + i, 1, (char *)dst + i * PAGE_SIZE);
+	if (ret)
+		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
+	else
+		atomic_fetch_add_explicit(&b->loads, 1, memory_order_relaxed);
+	return ret;
+}
+
 void backend_release(struct backend *b, uint32_t owner, uint64_t handle)
 {
 	if (b->ops->release)

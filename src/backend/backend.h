@@ -60,6 +60,12 @@ struct uswap_backend_ops {
 	ssize_t (*store)(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles);
 	/* Context: fault path. Fill npages * PAGE_SIZE bytes at @dst, or -EIO (nothing is trusted). */
 	int (*load)(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst);
+	/*
+	 * Optional: load() of pages that need not belong to one folio (page i owned by @owners[i]), in
+	 * one round of I/O. Without it, backend_load_vec() calls load() page by page.
+	 */
+	int (*load_vec)(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
+			void *dst);
 	void (*release)(struct backend *b, uint32_t owner, uint64_t handle);
 	int (*flush)(struct backend *b); /* optional: NULL = nothing buffered */
 	/* BACKEND_LRU: owners of up to @max coldest pages, coldest first. */
@@ -108,6 +114,8 @@ int backend_open(struct backend *b, const struct uswap_backend_ops *ops, const c
 void backend_close(struct backend *b);
 ssize_t backend_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles);
 int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst);
+int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
+		     void *dst);
 void backend_release(struct backend *b, uint32_t owner, uint64_t handle);
 int backend_flush(struct backend *b);
 size_t backend_cold(struct backend *b, uint32_t *owners, size_t max);

@@ -785,7 +785,9 @@ static bool wb_copy(struct file_tier *f, uint32_t sect, unsigned nsect, void *ob
 	return hit;
 }
 
-static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
+/* Page i is owned by @owners[i], or by @owner + i without @owners. */
+static int load_pages(struct backend *b, uint32_t owner, const uint32_t *owners, const uint64_t *handles,
+		      size_t npages, void *dst)
 {
 	struct file_tier *f = b->priv;
 	unsigned char *out = dst;
@@ -825,16 +827,29 @@ static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles,
 	}
 	for (i = 0; i < npages && !ret; i++) {
 		if (h_packed(handles[i]))
-			ret = obj_unpack(&x->dctx, x->bounce + i * PAGE_SIZE, owner + (uint32_t)i,
-					 h_nsect(handles[i]), out + i * PAGE_SIZE);
+			ret = obj_unpack(&x->dctx, x->bounce + i * PAGE_SIZE,
+					 owners ? owners[i] : owner + (uint32_t)i, h_nsect(handles[i]),
+					 out + i * PAGE_SIZE);
 		else if (f->seal)
-			ret = seal_open_detached(f->seal, owner + (uint32_t)i, handles[i], x->bounce + i * PAGE_SIZE,
+			ret = seal_open_detached(f->seal, owners ? owners[i] : owner + (uint32_t)i, handles[i],
+						 x->bounce + i * PAGE_SIZE,
 						 PAGE_SIZE, &f->tags[handles[i]], out + i * PAGE_SIZE);
 		else if (!dio_aligned(out + i * PAGE_SIZE))
 			memcpy(out + i * PAGE_SIZE, x->bounce + i * PAGE_SIZE, PAGE_SIZE);
 	}
 	ctx_put(x);
 	return ret;
+}
+
+static int file_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
+{
+	return load_pages(b, owner, NULL, handles, npages, dst);
+}
+
+static int file_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
+			 void *dst)
+{
+	return load_pages(b, 0, owners, handles, npages, dst);
 }
 
 static void file_release(struct backend *b, uint32_t owner, uint64_t handle)
@@ -1174,6 +1189,7 @@ const struct uswap_backend_ops file_backend_ops = {
 	.close = file_close,
 	.store = file_store,
 	.load = file_load,
+	.load_vec = file_load_vec,
 	.release = file_release,
 	.flush = file_flush,
 	.peek = file_peek,

@@ -359,6 +359,7 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster)
 	ret = -pthread_create(&rt->thread, NULL, redis_thread, rt);
 	if (ret)
 		goto out_free;
+	pthread_setname_np(rt->thread, "uswap-redis");
 	b->priv = rt;
 	return 0;
 out_free:

@@ -19,7 +19,9 @@
 #include <time.h>
 #include <x86intrin.h>
 
+#include "backend/backend.h"
 #include "cli/cli.h"
+#include "core/layer.h"
 #include "mm/mm.h"
 #include "util/pagegen.h"
 #include "uswap.h"
@@ -264,25 +266,56 @@ struct pattern_result {
 };
 
 /*
- * The touches under uswap. A touch that swapped in a text page is timed (rdtsc around it, the
- * handler's swap-in counter tells that it faulted): that is a load from the compressed pool.
+ * The touches under uswap. A touch that swapped in a text page from the compressed pool is timed (rdtsc
+ * around it; the pool's load counter moved and no other tier's did): a swap-in from the pool as the
+ * program sees it. Loads from the file tier (what the pool wrote back) are counted, not timed.
  */
+struct tier_loads {
+	_Atomic uint64_t *pool;
+	_Atomic uint64_t *other[USWAP_MAX_TIERS];
+	unsigned nr_other;
+};
+
+static void tier_loads_init(struct uswap_mm *m, struct tier_loads *tl)
+{
+	struct uswap *u = uswap_mm_swap(m);
+
+	memset(tl, 0, sizeof(*tl));
+	for (unsigned t = 0; t < u->nr_tiers; t++) {
+		if (u->tier[t].ops == &zpool_backend_ops && !tl->pool)
+			tl->pool = &u->tier[t].loads;
+		else
+			tl->other[tl->nr_other++] = &u->tier[t].loads;
+	}
+}
+
+static uint64_t other_loads(const struct tier_loads *tl)
+{
+	uint64_t n = 0;
+
+	for (unsigned t = 0; t < tl->nr_other; t++)
+		n += atomic_load_explicit(tl->other[t], memory_order_relaxed);
+	return n;
+}
+
 static double touch_mm(struct uswap_mm *m, unsigned char *base, const uint32_t *seq, uint64_t from,
 		       uint64_t n, const unsigned char *kinds, uint32_t *lat, uint64_t *nr_lat)
 {
-	_Atomic uint64_t *swapins = &m->c.swapins;
+	struct tier_loads tl;
 	double t0;
 
+	tier_loads_init(m, &tl);
 	*nr_lat = 0;
 	t0 = cli_now();
 	for (uint64_t i = from; i < n; i++) {
-		uint64_t s0 = atomic_load_explicit(swapins, memory_order_relaxed);
+		uint64_t p0 = tl.pool ? atomic_load_explicit(tl.pool, memory_order_relaxed) : 0;
+		uint64_t o0 = other_loads(&tl);
 		uint64_t c0 = __rdtsc(), c1;
 
 		(*(volatile uint64_t *)(base + (uint64_t)seq[i] * PS))++;
 		c1 = __rdtsc();
-		if (atomic_load_explicit(swapins, memory_order_relaxed) != s0 && kinds[seq[i]] == PG_TEXT &&
-		    *nr_lat < NR_LAT)
+		if (tl.pool && atomic_load_explicit(tl.pool, memory_order_relaxed) != p0 &&
+		    other_loads(&tl) == o0 && kinds[seq[i]] == PG_TEXT && *nr_lat < NR_LAT)
 			lat[(*nr_lat)++] = (uint32_t)((double)(c1 - c0) / tsc_per_us * 1000.0); /* ns */
 	}
 	return cli_now() - t0;

@@ -243,8 +243,10 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 	pthread_t helper;
 	bool two = n >= SWAPOFF_SPLIT_MIN && !pthread_create(&helper, NULL, swapoff_run, &part[1]);
 
-	if (two)
+	if (two) {
+		pthread_setname_np(helper, "uswap-swapoff");
 		part[0].to = n / 2;
+	}
 	swapoff_run(&part[0]);
 	if (two)
 		pthread_join(helper, NULL);
@@ -398,8 +400,10 @@ int move_start(struct uswap *u)
 	pthread_cond_init(&u->bg_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	ret = -pthread_create(&u->bg, NULL, bg_main, u);
-	if (!ret)
+	if (!ret) {
 		u->bg_running = true;
+		pthread_setname_np(u->bg, "uswap-bg");
+	}
 	return ret;
 }
 

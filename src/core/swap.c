@@ -286,6 +286,61 @@ out_unlock:
 	return ret;
 }
 
+ssize_t uswap_load_vec(struct uswap *u, const uswap_id_t *ids, const uint32_t *idx, size_t n, void *dst)
+{
+	uint32_t metas[USWAP_FOLIO_MAX_PAGES], owners[USWAP_FOLIO_MAX_PAGES];
+	uint64_t handles[USWAP_FOLIO_MAX_PAGES];
+	unsigned char *out = dst;
+	size_t locked = 0, i;
+	int ret = 0;
+
+	if (n > USWAP_FOLIO_MAX_PAGES)
+		n = USWAP_FOLIO_MAX_PAGES;
+	for (; locked < n; locked++) {
+		uint32_t m = folio_meta(u, ids[locked]);
+		struct swap_desc *d;
+
+		if (!m || idx[locked] >= desc_npages(m))
+			break;
+		owners[locked] = (uint32_t)ids[locked] + idx[locked];
+		d = desc_get(&u->descs, owners[locked]);
+		if (!desc_trylock(d, &metas[locked]))
+			break;
+		if (!(metas[locked] & DESC_LIVE)) {
+			desc_unlock(d, metas[locked]);
+			break;
+		}
+		handles[locked] = desc_handle(d, backend_has(&u->tier[desc_tier(metas[locked])], BACKEND_INLINE));
+	}
+	for (i = 0; i < locked && !ret;) {
+		unsigned t = desc_tier(metas[i]);
+		struct backend *b = &u->tier[t];
+		size_t run = 1;
+
+		while (i + run < locked && desc_tier(metas[i + run]) == t)
+			run++;
+		if (backend_load_vec(b, owners + i, handles + i, run, out + i * PAGE_SIZE)) {
+			atomic_fetch_add(&u->io_errors, 1);
+			ret = err_set(-EIO, "tier \"%s\" failed to read page %u of swap id %llu", b->spec, idx[i],
+				      (unsigned long long)ids[i]);
+		}
+		for (size_t j = i; j < i + run && !ret && !backend_has(b, BACKEND_INLINE); j++) {
+			if (csum_buf(out + j * PAGE_SIZE, PAGE_SIZE) != desc_get(&u->descs, owners[j])->csum) {
+				atomic_fetch_add(&u->csum_errors, 1);
+				ret = err_set(-EBADMSG, "page %u of swap id %llu does not match its checksum (tier \"%s\")",
+					      idx[j], (unsigned long long)ids[j], b->spec);
+			}
+		}
+		i += run;
+	}
+	for (i = 0; i < locked; i++) {
+		if (!ret && (!i || ids[i] != ids[i - 1]))
+			atomic_fetch_add(&u->loads, 1);
+		desc_unlock(desc_get(&u->descs, owners[i]), metas[i]);
+	}
+	return ret ? ret : (ssize_t)locked;
+}
+
 int uswap_load(struct uswap *u, uswap_id_t id, void *dst, size_t npages)
 {
 	uint32_t m = folio_meta(u, id);

@@ -513,17 +513,25 @@ static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 /*
  * Swap-in readahead. A swap-in at the address where the previous one ended starts or extends a
  * sequential run: the window doubles from RA_MIN up to RA_MAX pages, and that many swapped pages
- * after the faulting folio come in with it, before the faulting thread is woken (a load and a copy
- * of a page cost ~2 us, a fault round trip several times that). Any other swap-in closes the window,
- * so random access never reads ahead. Pages read ahead keep their swap copy like any read (so a page
- * never used goes again without a store) and carry no reference bit: the clock takes them first.
+ * after the faulting folio come in, after the faulting thread is woken: whole folios, loaded in one
+ * batch (uswap_load_vec(): the file tier reads them in one round of I/O, adjacent slots in one read)
+ * and installed with one copy. Any other swap-in closes the window, so random access never reads
+ * ahead. Pages read ahead keep their swap copy like any read (so a page never used goes again
+ * without a store) and carry no reference bit: the clock takes them first. A folio that is locked,
+ * not wholly swapped, or whose descriptors are busy ends the window; a failed batch loads nothing
+ * (the pages stay swapped, and a fault on one of them reports the error).
  */
 #define RA_MIN 4
 #define RA_MAX 16
+#define RA_BATCH (MM_FOLIO_MAX / MM_PAGE)
 static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi)
 {
-	size_t first, end, f = fi + 1, got = 0;
+	uswap_id_t ids[RA_BATCH];
+	uint32_t idx[RA_BATCH];
+	size_t first, end, f, f1, np = 0, fit = 0, dp = 0, done;
 	unsigned win = 0;
+	ssize_t got;
+	bool keep;
 
 	region_folio_pages(r, fi, &first, &end);
 	if (atomic_exchange(&m->ra_next, region_addr(r, end)) == region_addr(r, first)) {
@@ -533,26 +541,53 @@ static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region
 	atomic_store(&m->ra_pages, win);
 	if (!win || atomic_load(&m->resident) + win > atomic_load(&m->limit))
 		return;
-	for (; got < win && f < r->nr_folios; f++) {
-		_Atomic uint32_t *fw = &r->folios[f];
-		bool all = true;
+	/* Lock whole swapped folios after @fi, [fi + 1, f1): their pages are [end, end + np). */
+	for (f1 = fi + 1; np < win && f1 < r->nr_folios; f1++) {
+		size_t a, b, i;
 
-		if (!folio_trylock(fw))
+		if (!folio_trylock(&r->folios[f1]))
 			break;
-		region_folio_pages(r, f, &first, &end);
-		for (size_t i = first; i < end && all; i++)
-			all = pg_kind(r->pages[i]) == PG_SWAPPED;
-		all = all && fault_folio_in(m, stage, r, f, false) == 0;
-		if (all) {
-			got += end - first;
-			atomic_fetch_sub(&m->c.swapins, 1); /* not a fault */
-			atomic_store(&m->ra_next, region_addr(r, end));
+		region_folio_pages(r, f1, &a, &b);
+		for (i = a; i < b && pg_kind(r->pages[i]) == PG_SWAPPED; i++)
+			;
+		if (i < b || np + (b - a) > RA_BATCH) {
+			folio_unlock(&r->folios[f1]);
+			break;
 		}
-		folio_unlock(fw);
-		if (!all)
-			break;
+		for (i = a; i < b; i++, np++) {
+			ids[np] = pg_id(r->pages[i]);
+			idx[np] = pg_idx(r->pages[i]);
+		}
 	}
-	atomic_fetch_add(&m->c.readahead_pages, got);
+	got = np ? uswap_load_vec(m->swap, ids, idx, np, stage) : 0;
+	/* Install the whole folios among the pages loaded. */
+	for (f = fi + 1; got > 0 && f < f1; f++) {
+		size_t a, b;
+
+		region_folio_pages(r, f, &a, &b);
+		if (b - end > (size_t)got)
+			break;
+		fit = b - end;
+	}
+	if (fit) {
+		keep = clean_pays(m);
+		mm_copy(m, region_addr(r, end), stage, fit * MM_PAGE, keep, &done);
+		dp = done / MM_PAGE;
+		for (size_t j = 0; j < dp; j++) {
+			if (!keep)
+				uswap_free_pages(m->swap, ids[j], idx[j], 1);
+			r->pages[end + j] = keep ? pg_make(PG_PRESENT, (uint32_t)ids[j], idx[j], true) : PG_PRESENT;
+		}
+		atomic_fetch_add(&m->resident, dp);
+		atomic_fetch_add(&m->c.swapin_pages, dp);
+		atomic_fetch_add(&m->c.readahead_pages, dp);
+		if (dp)
+			atomic_store(&m->ra_next, region_addr(r, end + dp));
+	}
+	for (f = fi + 1; f < f1; f++) {
+		folio_summarize(r, f);
+		folio_unlock(&r->folios[f]);
+	}
 }
 
 static bool folio_untouched(struct mm_region *r, size_t fi)
@@ -672,19 +707,20 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 			ret = 0;
 		else /* without neighbours, or when filling them failed (pages of a vma we cannot fill) */
 			ret = fault_folio_in(m, h->stage, r, fi, write);
-		if (swapin && !ret)
-			readahead(m, h->stage, r, fi);
 	}
 	atomic_fetch_or(&r->folios[fi], FL_REF);
 	region_folio_pages(r, fi, &first, &end);
 	folio_unlock(&r->folios[fi]);
 	/* Whatever happened, wake: a thread whose page is still missing faults again and comes back. */
 	uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+	if (swapin)
+		hist_add(&m->swapin_hist, now_ns() - t0);
+	/* The program goes on with its page while the next ones come in. */
+	if (swapin && !ret)
+		readahead(m, h->stage, r, fi);
 	pthread_rwlock_unlock(&m->tbl_lock);
 	if (ret == -EAGAIN)
 		atomic_fetch_add(&m->c.retries, 1);
-	if (swapin)
-		hist_add(&m->swapin_hist, now_ns() - t0);
 	after_fault(m);
 }
 
@@ -874,6 +910,7 @@ int fault_start(struct uswap_mm *m)
 		ret = pthread_create(&h->th, NULL, handler_main, h);
 		if (ret)
 			return -ret;
+		pthread_setname_np(h->th, "uswap-fault");
 		h->started = true;
 	}
 	return 0;

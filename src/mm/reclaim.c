@@ -552,6 +552,7 @@ int reclaim_start(struct uswap_mm *m)
 
 	if (ret)
 		return -ret;
+	pthread_setname_np(m->reclaimer, "uswap-reclaim");
 	m->reclaimer_started = true;
 	return 0;
 }
