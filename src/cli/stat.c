@@ -49,9 +49,10 @@ void live_print_text(FILE *f, const struct live_stats *l)
 	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n",
 	       mib(m->resident_bytes), mib(m->limit_bytes), mib(m->inactive_bytes), mib(m->swapped_bytes),
 	       (unsigned long long)m->regions, mib(m->region_bytes));
-	fprintf(f, "  swap-ins %llu (%llu pages), p50 %.1f us, p99 %.1f us; soft faults %llu; evictions %llu "
-	       "(%llu pages, %llu clean); store failures %llu, load failures %llu\n",
-	       (unsigned long long)m->swapins, (unsigned long long)m->swapin_pages, m->swapin_ns_p50 / 1e3,
+	fprintf(f, "  swap-ins %llu (%llu pages, %llu read ahead), p50 %.1f us, p99 %.1f us; soft faults %llu; "
+	       "evictions %llu (%llu pages, %llu clean); store failures %llu, load failures %llu\n",
+	       (unsigned long long)m->swapins, (unsigned long long)m->swapin_pages,
+	       (unsigned long long)m->readahead_pages, m->swapin_ns_p50 / 1e3,
 	       m->swapin_ns_p99 / 1e3, (unsigned long long)m->soft_faults, (unsigned long long)m->evictions,
 	       (unsigned long long)m->evicted_pages, (unsigned long long)m->clean_evictions,
 	       (unsigned long long)m->store_failures, (unsigned long long)m->load_failures);

@@ -35,6 +35,7 @@ static void print_one(FILE *f, const struct live_stats *l)
 	fprintf(f, ",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
 	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
 	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
+	       "\"readahead_pages\":%llu,"
 	       "\"soft_faults\":%llu,\"store_failures\":%llu,\"load_failures\":%llu,\"mm_meta_bytes\":%llu,"
 	       "\"swap_meta_bytes\":%llu,\"tier\":[",
 	       (unsigned long long)m->limit_bytes,
@@ -42,6 +43,7 @@ static void print_one(FILE *f, const struct live_stats *l)
 	       (unsigned long long)m->swapins, m->swapin_ns_p50 / 1e3, m->swapin_ns_p99 / 1e3,
 	       (unsigned long long)m->evictions, (unsigned long long)m->evicted_pages,
 	       (unsigned long long)m->clean_evictions, (unsigned long long)m->swapin_pages,
+	       (unsigned long long)m->readahead_pages,
 	       (unsigned long long)m->soft_faults, (unsigned long long)m->store_failures,
 	       (unsigned long long)m->load_failures, (unsigned long long)m->meta_bytes,
 	       (unsigned long long)s->meta_bytes);
