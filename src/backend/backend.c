@@ -93,20 +93,18 @@ ssize_t backend_store(struct backend *b, const void *src, size_t npages, uint32_
 	return n;
 }
 
+/* A load's result, counted: an error, or one load. */
+static int load_counted(struct backend *b, int ret)
+{
+	atomic_fetch_add_explicit(ret ? &b->errors : &b->loads, 1, memory_order_relaxed);
+	return ret;
+}
+
 int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
 {
-	int ret;
-
-	if (fault_fires(&b->fault.load_nth, b->fault.sticky)) {
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-		return b->fault.load_err;
-	}
-	ret = b->ops->load(b, owner, handles, npages, dst);
-	if (ret)
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-	else
-		atomic_fetch_add_explicit(&b->loads, 1, memory_order_relaxed);
-	return ret;
+	if (fault_fires(&b->fault.load_nth, b->fault.sticky))
+		return load_counted(b, b->fault.load_err);
+	return load_counted(b, b->ops->load(b, owner, handles, npages, dst));
 }
 
 int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
@@ -114,20 +112,13 @@ int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *
 {
 	int ret = 0;
 
-	if (fault_fires(&b->fault.load_nth, b->fault.sticky)) {
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-		return b->fault.load_err;
-	}
+	if (fault_fires(&b->fault.load_nth, b->fault.sticky))
+		return load_counted(b, b->fault.load_err);
 	if (b->ops->load_vec)
-		ret = b->ops->load_vec(b, owners, handles, npages, dst);
-	else
-		for (size_t i = 0; i < npages && !ret; i++)
-			ret = b->ops->load(b, owners[i], handles + i, 1, (char *)dst + i * PAGE_SIZE);
-	if (ret)
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-	else
-		atomic_fetch_add_explicit(&b->loads, 1, memory_order_relaxed);
-	return ret;
+		return load_counted(b, b->ops->load_vec(b, owners, handles, npages, dst));
+	for (size_t i = 0; i < npages && !ret; i++)
+		ret = b->ops->load(b, owners[i], handles + i, 1, (char *)dst + i * PAGE_SIZE);
+	return load_counted(b, ret);
 }
 
 void backend_release(struct backend *b, uint32_t owner, uint64_t handle)

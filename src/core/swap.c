@@ -230,20 +230,67 @@ static int check_range(struct uswap *u, uswap_id_t id, size_t first, size_t n)
 	return 0;
 }
 
+/*
+ * Load @n pages whose descriptors the caller holds locked (page i: descriptor @owners[i], its meta and
+ * handle) into @out, one run of one tier at a time (one load() when the run's descriptors follow each
+ * other, else one load_vec()), and check each against its checksum. Return: 0; -EIO or -EBADMSG with
+ * *bad the page that failed (counted in io_errors / csum_errors).
+ */
+static int load_locked(struct uswap *u, const uint32_t *owners, const uint32_t *metas,
+		       const uint64_t *handles, size_t n, unsigned char *out, size_t *bad)
+{
+	for (size_t i = 0; i < n;) {
+		struct backend *b = &u->tier[desc_tier(metas[i])];
+		size_t run = 1;
+		bool follow = true;
+
+		while (i + run < n && desc_tier(metas[i + run]) == desc_tier(metas[i])) {
+			follow = follow && owners[i + run] == owners[i] + run;
+			run++;
+		}
+		if (follow ? backend_load(b, owners[i], handles + i, run, out + i * PAGE_SIZE)
+			   : backend_load_vec(b, owners + i, handles + i, run, out + i * PAGE_SIZE)) {
+			atomic_fetch_add(&u->io_errors, 1);
+			*bad = i;
+			return -EIO;
+		}
+		for (size_t j = i; j < i + run && !backend_has(b, BACKEND_INLINE); j++) {
+			if (csum_buf(out + j * PAGE_SIZE, PAGE_SIZE) !=
+			    desc_get(&u->descs, owners[j])->csum) {
+				atomic_fetch_add(&u->csum_errors, 1);
+				*bad = j;
+				return -EBADMSG;
+			}
+		}
+		i += run;
+	}
+	return 0;
+}
+
+/* The message for load_locked()'s failure @err on page @page of swap id @id, in tier @tier. */
+static int load_error(struct uswap *u, int err, unsigned tier, uswap_id_t id, size_t page)
+{
+	if (err == -EIO)
+		return err_set(-EIO, "tier \"%s\" failed to read page %zu of swap id %llu",
+			       u->tier[tier].spec, page, (unsigned long long)id);
+	return err_set(err, "page %zu of swap id %llu does not match its checksum (tier \"%s\")", page,
+		       (unsigned long long)id, u->tier[tier].spec);
+}
+
 int uswap_load_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n, void *dst)
 {
-	uint32_t metas[USWAP_FOLIO_MAX_PAGES];
+	uint32_t metas[USWAP_FOLIO_MAX_PAGES], owners[USWAP_FOLIO_MAX_PAGES];
 	uint64_t handles[USWAP_FOLIO_MAX_PAGES];
-	unsigned char *out = dst;
-	uint32_t base = (uint32_t)id + (uint32_t)first;
-	size_t locked = 0, i;
+	size_t locked = 0, bad = 0;
 	int ret = check_range(u, id, first, n);
 
 	if (ret)
 		return ret;
 	for (; locked < n; locked++) {
-		struct swap_desc *d = desc_get(&u->descs, base + (uint32_t)locked);
+		struct swap_desc *d;
 
+		owners[locked] = (uint32_t)id + (uint32_t)(first + locked);
+		d = desc_get(&u->descs, owners[locked]);
 		metas[locked] = desc_lock(d);
 		if (!(metas[locked] & DESC_LIVE)) {
 			locked++;
@@ -251,38 +298,17 @@ int uswap_load_pages(struct uswap *u, uswap_id_t id, size_t first, size_t n, voi
 				      (unsigned long long)id);
 			goto out_unlock;
 		}
-		handles[locked] = desc_handle(d, backend_has(&u->tier[desc_tier(metas[locked])], BACKEND_INLINE));
+		handles[locked] =
+			desc_handle(d, backend_has(&u->tier[desc_tier(metas[locked])], BACKEND_INLINE));
 	}
-	for (i = 0; i < n;) {
-		unsigned t = desc_tier(metas[i]);
-		struct backend *b = &u->tier[t];
-		size_t run = 1;
-
-		while (i + run < n && desc_tier(metas[i + run]) == t)
-			run++;
-		ret = backend_load(b, base + (uint32_t)i, handles + i, run, out + i * PAGE_SIZE);
-		if (ret) {
-			atomic_fetch_add(&u->io_errors, 1);
-			ret = err_set(-EIO, "tier \"%s\" failed to read page %zu of swap id %llu", b->spec,
-				      first + i, (unsigned long long)id);
-			goto out_unlock;
-		}
-		if (!backend_has(b, BACKEND_INLINE)) {
-			for (size_t j = i; j < i + run; j++) {
-				if (csum_buf(out + j * PAGE_SIZE, PAGE_SIZE) != desc_get(&u->descs, base + (uint32_t)j)->csum) {
-					atomic_fetch_add(&u->csum_errors, 1);
-					ret = err_set(-EBADMSG, "page %zu of swap id %llu does not match its checksum (tier \"%s\")",
-						      first + j, (unsigned long long)id, b->spec);
-					goto out_unlock;
-				}
-			}
-		}
-		i += run;
-	}
-	atomic_fetch_add(&u->loads, 1);
+	ret = load_locked(u, owners, metas, handles, n, dst, &bad);
+	if (ret)
+		ret = load_error(u, ret, desc_tier(metas[bad]), id, first + bad);
+	else
+		atomic_fetch_add(&u->loads, 1);
 out_unlock:
 	for (size_t j = 0; j < locked; j++)
-		desc_unlock(desc_get(&u->descs, base + (uint32_t)j), metas[j]);
+		desc_unlock(desc_get(&u->descs, owners[j]), metas[j]);
 	return ret;
 }
 
@@ -290,9 +316,8 @@ ssize_t uswap_load_vec(struct uswap *u, const uswap_id_t *ids, const uint32_t *i
 {
 	uint32_t metas[USWAP_FOLIO_MAX_PAGES], owners[USWAP_FOLIO_MAX_PAGES];
 	uint64_t handles[USWAP_FOLIO_MAX_PAGES];
-	unsigned char *out = dst;
-	size_t locked = 0, i;
-	int ret = 0;
+	size_t locked = 0, bad = 0;
+	int ret;
 
 	if (n > USWAP_FOLIO_MAX_PAGES)
 		n = USWAP_FOLIO_MAX_PAGES;
@@ -310,30 +335,15 @@ ssize_t uswap_load_vec(struct uswap *u, const uswap_id_t *ids, const uint32_t *i
 			desc_unlock(d, metas[locked]);
 			break;
 		}
-		handles[locked] = desc_handle(d, backend_has(&u->tier[desc_tier(metas[locked])], BACKEND_INLINE));
+		handles[locked] =
+			desc_handle(d, backend_has(&u->tier[desc_tier(metas[locked])], BACKEND_INLINE));
 	}
-	for (i = 0; i < locked && !ret;) {
-		unsigned t = desc_tier(metas[i]);
-		struct backend *b = &u->tier[t];
-		size_t run = 1;
-
-		while (i + run < locked && desc_tier(metas[i + run]) == t)
-			run++;
-		if (backend_load_vec(b, owners + i, handles + i, run, out + i * PAGE_SIZE)) {
-			atomic_fetch_add(&u->io_errors, 1);
-			ret = err_set(-EIO, "tier \"%s\" failed to read page %u of swap id %llu", b->spec, idx[i],
-				      (unsigned long long)ids[i]);
-		}
-		for (size_t j = i; j < i + run && !ret && !backend_has(b, BACKEND_INLINE); j++) {
-			if (csum_buf(out + j * PAGE_SIZE, PAGE_SIZE) != desc_get(&u->descs, owners[j])->csum) {
-				atomic_fetch_add(&u->csum_errors, 1);
-				ret = err_set(-EBADMSG, "page %u of swap id %llu does not match its checksum (tier \"%s\")",
-					      idx[j], (unsigned long long)ids[j], b->spec);
-			}
-		}
-		i += run;
-	}
-	for (i = 0; i < locked; i++) {
+	if (!locked)
+		return 0;
+	ret = load_locked(u, owners, metas, handles, locked, dst, &bad);
+	if (ret)
+		ret = load_error(u, ret, desc_tier(metas[bad]), ids[bad], idx[bad]);
+	for (size_t i = 0; i < locked; i++) {
 		if (!ret && (!i || ids[i] != ids[i - 1]))
 			atomic_fetch_add(&u->loads, 1);
 		desc_unlock(desc_get(&u->descs, owners[i]), metas[i]);
