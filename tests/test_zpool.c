@@ -5,6 +5,7 @@
  * incompressibility threshold sends pages on. Data is compared byte for byte after every move.
  */
 #include <errno.h>
+#include <stdbool.h>
 
 #include "check.h"
 #include "uswap.h"
@@ -28,6 +29,24 @@ static void fill_sized(unsigned char *p, size_t k, uint64_t seed)
 static void fill_mixed(unsigned char *p, unsigned i)
 {
 	fill_sized(p, 200 + (pagegen_mix(i) % 2400), seed_for(i));
+}
+
+/* Every page of ids[] still stored (id not 0) reads back as fill_mixed() made it; freed if @free_them. */
+static void check_mixed(struct uswap *u, const uswap_id_t *ids, unsigned n, bool free_them)
+{
+	unsigned char *p = aligned_alloc(PAGE, PAGE), *q = aligned_alloc(PAGE, PAGE);
+
+	for (unsigned i = 0; i < n; i++) {
+		if (!ids[i])
+			continue;
+		fill_mixed(p, i);
+		CHECK_EQ(uswap_load(u, ids[i], q, 1), 0);
+		CHECK_MEM(q, p, PAGE);
+		if (free_them)
+			CHECK_EQ(uswap_free(u, ids[i]), 0);
+	}
+	free(p);
+	free(q);
 }
 
 static struct uswap *open_pool(const char *spec)
@@ -103,7 +122,7 @@ static void small_pool_fills(void)
 {
 	enum { N = 4000, MAX = 4 << 20 };
 	struct uswap *u = open_pool("zpool:lz4:max=4M");
-	unsigned char *p = aligned_alloc(PAGE, PAGE), *q = aligned_alloc(PAGE, PAGE);
+	unsigned char *p = aligned_alloc(PAGE, PAGE);
 	static uswap_id_t ids[N];
 
 	if (!u)
@@ -122,25 +141,17 @@ static void small_pool_fills(void)
 	       (unsigned long long)t.data_bytes, (unsigned long long)t.used_bytes);
 	CHECK(t.used_bytes <= MAX);
 	CHECK(t.data_bytes >= MAX * 6ull / 10);
-	for (unsigned i = 0; i < N; i++) {
-		if (!ids[i])
-			continue;
-		fill_mixed(p, i);
-		CHECK_EQ(uswap_load(u, ids[i], q, 1), 0);
-		CHECK_MEM(q, p, PAGE);
-		CHECK_EQ(uswap_free(u, ids[i]), 0);
-	}
+	check_mixed(u, ids, N, true);
 	CHECK_EQ(pool_stats(u, 0).used_bytes, 0);
 	uswap_destroy(u);
 	free(p);
-	free(q);
 }
 
 static void compaction_after_frees(void)
 {
 	enum { N = 8000 };
 	struct uswap *u = open_pool("zpool:lz4");
-	unsigned char *p = aligned_alloc(PAGE, PAGE), *q = aligned_alloc(PAGE, PAGE);
+	unsigned char *p = aligned_alloc(PAGE, PAGE);
 	static uswap_id_t ids[N];
 
 	if (!u)
@@ -175,16 +186,9 @@ static void compaction_after_frees(void)
 	if (bound < (1u << 20))
 		bound = 1u << 20;
 	CHECK(waste <= bound + 151 * 65536 + after.pages * 22);
-	for (unsigned i = 0; i < N; i++) {
-		if (!ids[i])
-			continue;
-		fill_mixed(p, i);
-		CHECK_EQ(uswap_load(u, ids[i], q, 1), 0);
-		CHECK_MEM(q, p, PAGE);
-	}
+	check_mixed(u, ids, N, false);
 	uswap_destroy(u);
 	free(p);
-	free(q);
 }
 
 /* reject=N%: a page that compresses to more than N% of 4 KiB goes to the next tier. */
