@@ -115,6 +115,7 @@ static void test_file_named_mode_and_corruption(void)
 	CHECK_EQ(st.st_mode & 0777, 0600);
 	fill(a, USWAP_PAGE_SIZE, 99);
 	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
+	uswap_maintain(u); /* the staged page is on the disk now */
 	fd = open(path, O_WRONLY);
 	CHECK(fd >= 0);
 	memset(b, 0x5a, USWAP_PAGE_SIZE);
@@ -677,6 +678,7 @@ static void test_file_nothing_left_after_destroy(void)
 	CHECK(fd >= 0);
 	fill_page(a, PK_RANDOM, seed_for(9));
 	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
+	uswap_maintain(u); /* the staged page is on the disk now */
 	CHECK_EQ(pread(fd, b, USWAP_PAGE_SIZE, 0), USWAP_PAGE_SIZE);
 	CHECK_MEM(a, b, USWAP_PAGE_SIZE); /* the holder of a descriptor saw it while live (root test) */
 	uswap_destroy(u);
@@ -745,9 +747,103 @@ static void test_file_churn_fragmentation(void)
 	free(b);
 }
 
+/*
+ * Write-behind of plain pages: small folios wait in the stage and go to the disk together. Loads (one
+ * by one and in a vector), frees and slot reuse while pages are staged, a swapoff that finds pages still
+ * staged, and everything again once they are written: each page exact.
+ */
+static void test_file_staged_plain(void)
+{
+	enum { NF = 300, PS = USWAP_PAGE_SIZE };
+	struct uswap_options o = {.tiers = "file:size=16M,zpool:lz4:max=16M", .no_background = 1};
+	unsigned char *a = malloc(64 * PS), *b = malloc(64 * PS);
+	static uswap_id_t ids[NF];
+	static size_t np[NF];
+	uswap_id_t vid[8];
+	uint32_t vidx[8];
+	struct file_layout fl;
+	struct uswap *u;
+	uint64_t staged = 0;
+
+	CHECK_EQ(uswap_create_opts(&u, &o), 0);
+	for (size_t f = 0; f < NF; f++) {
+		np[f] = f % 50 == 49 ? 40 : 1 + f % 3; /* 40 pages: written at once, not staged */
+		fill_pages(a, np[f], f % 2 ? PK_RANDOM : PK_TEXT, seed_for(f));
+		CHECK_EQ(uswap_store(u, a, np[f], &ids[f]), 0);
+		staged += np[f] <= 32 ? np[f] : 0;
+	}
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	CHECK_EQ(fl.staged_pages, staged);
+	CHECK(fl.staged_now > 0);
+	CHECK(fl.stage_writes * 16 < staged); /* written in batches, not page by page */
+	for (size_t f = 0; f < NF; f++) {
+		fill_pages(a, np[f], f % 2 ? PK_RANDOM : PK_TEXT, seed_for(f));
+		CHECK_EQ(uswap_load(u, ids[f], b, np[f]), 0);
+		CHECK_MEM(a, b, np[f] * PS);
+	}
+	/* One vector over the last folios (staged) and the first ones (on disk). */
+	for (size_t k = 0; k < 8; k++) {
+		size_t f = k < 4 ? NF - 1 - k : k;
+
+		vid[k] = ids[f];
+		vidx[k] = 0;
+	}
+	CHECK_EQ(uswap_load_vec(u, vid, vidx, 8, b), 8);
+	for (size_t k = 0; k < 8; k++) {
+		size_t f = k < 4 ? NF - 1 - k : k;
+
+		fill_pages(a, np[f], f % 2 ? PK_RANDOM : PK_TEXT, seed_for(f));
+		CHECK_MEM(a, b + k * PS, PS);
+	}
+	/* Free the staged folios at the end and store new ones: their slots come back while staged. */
+	for (size_t f = NF - 20; f < NF; f++)
+		CHECK_EQ(uswap_free(u, ids[f]), 0);
+	for (size_t f = NF - 20; f < NF; f++) {
+		fill_pages(a, np[f], PK_RANDOM, seed_for(f + 7000));
+		CHECK_EQ(uswap_store(u, a, np[f], &ids[f]), 0);
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t f = 0; f < NF; f++) {
+			fill_pages(a, np[f], f >= NF - 20 ? PK_RANDOM : f % 2 ? PK_RANDOM : PK_TEXT,
+				   seed_for(f >= NF - 20 ? f + 7000 : f));
+			CHECK_EQ(uswap_load(u, ids[f], b, np[f]), 0);
+			CHECK_MEM(a, b, np[f] * PS);
+		}
+		if (pass)
+			break;
+		uswap_maintain(u); /* written now: the same loads come from the disk */
+		CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+		CHECK_EQ(fl.staged_now, 0);
+	}
+	/* Staged text pages, then swapoff of the file into the pool: they move from the stage. */
+	for (size_t f = 0; f < NF; f++)
+		CHECK_EQ(uswap_free(u, ids[f]), 0);
+	for (size_t f = 0; f < 40; f++) {
+		fill_pages(a, 1, PK_TEXT, seed_for(f + 9000));
+		CHECK_EQ(uswap_store(u, a, 1, &ids[f]), 0);
+	}
+	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
+	CHECK(fl.staged_now > 0);
+	CHECK_EQ(uswap_swapoff(u, 0), 0);
+	for (size_t f = 0; f < 40; f++) {
+		unsigned t = 9;
+		uint64_t h = 0;
+
+		CHECK_EQ(testhook_page(u, ids[f], 0, &t, &h), 0);
+		CHECK_EQ(t, 1);
+		fill_pages(a, 1, PK_TEXT, seed_for(f + 9000));
+		CHECK_EQ(uswap_load(u, ids[f], b, 1), 0);
+		CHECK_MEM(a, b, PS);
+	}
+	uswap_destroy(u);
+	free(a);
+	free(b);
+}
+
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
 	   T(test_file_writeback_and_swapoff), T(test_file_named_mode_and_corruption), T(test_file_threads),
 	   T(test_file_injected_eio), T(test_file_every_folio_size), T(test_file_writeback_stays_compressed),
 	   T(test_file_writeback_corruption_detected), T(test_file_load_vec), T(test_file_writeback_under_pressure),
 	   T(test_file_swapoff_while_loading), T(test_file_swapoff_plain_two_movers), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
-	   T(test_file_nothing_left_after_destroy), T(test_file_churn_fragmentation))
+	   T(test_file_nothing_left_after_destroy), T(test_file_churn_fragmentation),
+	   T(test_file_staged_plain))

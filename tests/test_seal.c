@@ -140,6 +140,7 @@ static void test_file_encrypt_roundtrip_ciphertext_on_disk(void)
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
 		CHECK_EQ(uswap_store(u, a, sizes[i], &ids[i]), 0);
 	}
+	uswap_maintain(u); /* the staged pages are on the disk now */
 	fd = open(path, O_RDONLY);
 	CHECK(fd >= 0);
 	for (size_t i = 0; i < 4; i++) {
@@ -181,6 +182,7 @@ static void test_file_encrypt_altered_blocks_detected(void)
 		CHECK_EQ(uswap_store(u, a, 1, &ids[i]), 0);
 		CHECK_EQ(testhook_page(u, ids[i], 0, &tier, &h[i]), 0);
 	}
+	uswap_maintain(u); /* the staged pages are on the disk now */
 	fd = open(path, O_RDWR);
 	CHECK(fd >= 0);
 	if (fd < 0)

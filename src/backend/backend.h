@@ -148,6 +148,8 @@ struct file_layout {
 	uint64_t used_pages, used_sectors; /* plain pages; 512-byte sectors of packed objects */
 	uint64_t split_stores;             /* folios that found no contiguous run and were split */
 	uint64_t punched_clusters, punch_calls;
+	uint64_t staged_pages, stage_writes; /* plain pages staged for write-behind; requests that wrote them */
+	uint32_t staged_now;                 /* pages in the stage now, freed ones included */
 	int fd;
 };
 int file_layout(struct backend *b, struct file_layout *l);

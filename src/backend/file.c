@@ -17,6 +17,12 @@
  * Writeback path (store_obj): objects are appended to a staging buffer and written by flush() in one
  * request; until then loads of them are served from the buffer. A failed flush keeps the buffer (and
  * its objects readable) and refuses new objects until a later flush succeeds: nothing is dropped.
+ * Store path: folios of up to ST_FOLIO_MAX pages (incompressible pages the pool refused, mostly) are
+ * staged the same way (write-behind): ST_PAGES pages, written together when the stage fills or at
+ * flush(), runs of adjacent slots as one request; loads, peeks and releases look there first (a range
+ * check, no lock, on a miss). The stage is written under wb_lock and a release of a staged slot takes
+ * wb_lock, so a freed slot is never reused while its old data is in flight. Larger folios are written
+ * at once, as before.
  * Swapoff path (peek): whole clusters are read in handle order, two 2 MiB windows, the next one in
  * flight while the current one is used; a window is valid only for the write generation it was read at.
  *
@@ -63,6 +69,8 @@
 #define OBJ_MAX_SECTORS  8u
 #define FILE_QD          64u        /* ring entries; bigger batches are submitted in parts */
 #define WB_BYTES         (1u << 20) /* staging of written-back objects: one write each flush */
+#define ST_PAGES         128u       /* staging of plain pages: written together when it fills */
+#define ST_FOLIO_MAX     32u        /* folios up to this many pages are staged; bigger ones written at once */
 #define PUNCH_KEEP       8u         /* free clusters kept backed by file system blocks for quick reuse */
 #define PUNCH_BATCH      8u         /* punch when this many more are free: the space goes back in bulk */
 #define PACKED_REUSE_PCT 75         /* a packed cluster at most this full may become the writeback cluster */
@@ -128,6 +136,13 @@ struct file_tier {
 	uint32_t wb_base, wb_len;      /* sectors staged: [wb_base, wb_base + wb_len) */
 	_Atomic uint32_t wb_lo, wb_hi; /* published copy of the staged range, for lock-free misses */
 	bool wb_failed;
+	/* staging of plain pages, under wb_lock too: page i of st_buf is for slot st_slot[i] (NIL: freed) */
+	unsigned char *st_buf;
+	uint32_t st_slot[ST_PAGES];
+	uint32_t st_len;               /* pages staged, freed ones included */
+	_Atomic uint32_t st_lo, st_hi; /* every staged slot is in [st_lo, st_hi): misses take no lock */
+	bool st_failed;
+	uint64_t st_pages, st_writes;  /* pages staged, requests that wrote them (file_layout) */
 
 	pthread_mutex_t ra_lock; /* readahead windows and their ring */
 	struct io_uring ra_ring;
@@ -531,6 +546,7 @@ static void file_free(struct file_tier *f)
 		io_uring_queue_exit(&f->wb_ring);
 		uunreserve(f->wb_buf, WB_BYTES);
 	}
+	uunreserve(f->st_buf, (size_t)ST_PAGES * PAGE_SIZE);
 	if (f->win[0].buf) {
 		io_uring_queue_exit(&f->ra_ring);
 		uunreserve(f->win[0].buf, 2 * RA_STREAMS * FC_BYTES);
@@ -635,8 +651,11 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		}
 		pthread_mutex_init(&x->lock, NULL);
 	}
+	f->st_buf = ureserve((size_t)ST_PAGES * PAGE_SIZE);
+	if (!f->st_buf)
+		goto out_free;
 	f->wb_buf = ureserve(WB_BYTES);
-	ret = f->wb_buf ? ring_setup(&f->wb_ring, 8, f->fd) : -ENOMEM;
+	ret = f->wb_buf ? ring_setup(&f->wb_ring, FILE_QD, f->fd) : -ENOMEM;
 	if (ret) {
 		uunreserve(f->wb_buf, WB_BYTES);
 		f->wb_buf = NULL;
@@ -705,6 +724,105 @@ static void file_close(struct backend *b)
 	b->priv = NULL;
 }
 
+/* ---- staging of plain pages ---- */
+
+/* Whether slot @slot may be staged: false means surely not (no lock taken). */
+static inline bool st_maybe(struct file_tier *f, uint64_t slot)
+{
+	return slot >= atomic_load_explicit(&f->st_lo, memory_order_acquire) &&
+	       slot < atomic_load_explicit(&f->st_hi, memory_order_acquire);
+}
+
+/*
+ * Write the staged pages, a run of adjacent slots in one request, all submitted together; wb_lock held
+ * (so a slot freed meanwhile cannot be reused while its old data is in flight). On failure they stay
+ * staged and readable, and new pages are refused until a write succeeds: nothing is dropped.
+ */
+static int st_write(struct file_tier *f)
+{
+	struct fio io[ST_PAGES];
+	size_t nio = 0;
+	int ret = 0;
+
+	for (uint32_t i = 0; i < f->st_len;) {
+		uint32_t n = 1;
+
+		if (f->st_slot[i] == NIL) {
+			i++;
+			continue;
+		}
+		while (i + n < f->st_len && f->st_slot[i + n] == f->st_slot[i] + n)
+			n++;
+		io[nio++] = (struct fio){f->st_buf + (size_t)i * PAGE_SIZE, (uint64_t)f->st_slot[i] * PAGE_SIZE,
+					 n * PAGE_SIZE, true};
+		i += n;
+	}
+	if (nio) {
+		ret = ring_run(&f->wb_ring, io, nio);
+		atomic_fetch_add_explicit(&f->gen, 1, memory_order_release);
+		if (ret) {
+			f->st_failed = true;
+			return ret;
+		}
+		f->st_writes += nio;
+	}
+	f->st_failed = false;
+	f->st_len = 0;
+	atomic_store_explicit(&f->st_hi, 0, memory_order_release);
+	atomic_store_explicit(&f->st_lo, 0, memory_order_release);
+	return 0;
+}
+
+/*
+ * Stage @n pages at @src for slots [@s, @s + n) (sealed first with encrypt); a full stage is written
+ * first. Return: 0, or -errno (the stage could not be written: nothing staged).
+ */
+static int st_add(struct file_tier *f, const void *src, unsigned n, uint32_t s, uint32_t owner)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&f->wb_lock);
+	if (f->st_failed || f->st_len + n > ST_PAGES)
+		err = st_write(f);
+	if (!err) {
+		for (unsigned i = 0; i < n; i++) {
+			unsigned char *dst = f->st_buf + (size_t)(f->st_len + i) * PAGE_SIZE;
+			const char *page = (const char *)src + (size_t)i * PAGE_SIZE;
+
+			if (f->seal)
+				seal_page_detached(f->seal, owner + i, s + i, page, PAGE_SIZE, dst, &f->tags[s + i]);
+			else
+				memcpy(dst, page, PAGE_SIZE);
+			f->st_slot[f->st_len + i] = s + i;
+		}
+		if (!f->st_len || s < atomic_load_explicit(&f->st_lo, memory_order_relaxed))
+			atomic_store_explicit(&f->st_lo, s, memory_order_release);
+		if (s + n > atomic_load_explicit(&f->st_hi, memory_order_relaxed))
+			atomic_store_explicit(&f->st_hi, s + n, memory_order_release);
+		f->st_len += n;
+		f->st_pages += n;
+	}
+	pthread_mutex_unlock(&f->wb_lock);
+	return err;
+}
+
+/* Copy staged slot @slot (as it would be on disk: sealed with encrypt) to @dst; false if not staged. */
+static bool st_copy(struct file_tier *f, uint64_t slot, void *dst)
+{
+	bool hit = false;
+
+	if (!st_maybe(f, slot))
+		return false;
+	pthread_mutex_lock(&f->wb_lock);
+	for (uint32_t i = 0; i < f->st_len && !hit; i++)
+		if (f->st_slot[i] == slot) {
+			memcpy(dst, f->st_buf + (size_t)i * PAGE_SIZE, PAGE_SIZE);
+			hit = true;
+		}
+	pthread_mutex_unlock(&f->wb_lock);
+	return hit;
+}
+
 /* ---- store / load / release ---- */
 
 static ssize_t file_store(struct backend *b, const void *src, size_t npages, uint32_t owner,
@@ -726,6 +844,11 @@ static ssize_t file_store(struct backend *b, const void *src, size_t npages, uin
 		ctx_put(x);
 		return err;
 	}
+	if (got <= ST_FOLIO_MAX) {
+		ctx_put(x);
+		err = st_add(f, src, got, s, owner);
+		goto out;
+	}
 	io.buf = (void *)src;
 	if (f->seal) {
 		for (unsigned i = 0; i < got; i++)
@@ -742,6 +865,7 @@ static ssize_t file_store(struct backend *b, const void *src, size_t npages, uin
 	err = ring_run(&x->ring, &io, 1);
 	ctx_put(x);
 	atomic_fetch_add_explicit(&f->gen, 1, memory_order_release);
+out:
 	if (err) {
 		pthread_mutex_lock(&f->lock);
 		free_pages(f, s, got);
@@ -813,14 +937,16 @@ static int load_pages(struct backend *b, uint32_t owner, const uint32_t *owners,
 			void *buf = !f->seal && dio_aligned(out + i * PAGE_SIZE) ? out + i * PAGE_SIZE
 										 : x->bounce + i * PAGE_SIZE;
 
-			while (i + n < npages && handles[i + n] == handles[i] + n &&
-			       !h_packed(handles[i + n]))
-				n++;
-			io[nio++] =
-				(struct fio){buf, handles[i] * PAGE_SIZE, (uint32_t)(n * PAGE_SIZE), false};
+			if (!st_copy(f, handles[i], buf)) {
+				while (i + n < npages && handles[i + n] == handles[i] + n &&
+				       !h_packed(handles[i + n]) && !st_maybe(f, handles[i + n]))
+					n++;
+				io[nio++] = (struct fio){buf, handles[i] * PAGE_SIZE, (uint32_t)(n * PAGE_SIZE),
+							 false};
+			}
 		}
 		i += n;
-		if (nio == sizeof(io) / sizeof(io[0]) || i == npages) {
+		if (nio == sizeof(io) / sizeof(io[0]) || (i == npages && nio)) {
 			ret = ring_run(&x->ring, io, nio) ? -EIO : 0;
 			nio = 0;
 		}
@@ -857,6 +983,14 @@ static void file_release(struct backend *b, uint32_t owner, uint64_t handle)
 	struct file_tier *f = b->priv;
 	(void)owner;
 
+	if (!h_packed(handle) && st_maybe(f, handle)) {
+		/* Not written while we hold wb_lock: once unstaged, the slot can be reused at once. */
+		pthread_mutex_lock(&f->wb_lock);
+		for (uint32_t i = 0; i < f->st_len; i++)
+			if (f->st_slot[i] == handle)
+				f->st_slot[i] = NIL;
+		pthread_mutex_unlock(&f->wb_lock);
+	}
 	pthread_mutex_lock(&f->lock);
 	if (h_packed(handle))
 		free_sectors(f, h_sector(handle), h_nsect(handle));
@@ -998,6 +1132,8 @@ static int file_flush(struct backend *b)
 
 	pthread_mutex_lock(&f->wb_lock);
 	ret = wb_write(f);
+	if (st_write(f) && !ret)
+		ret = -EIO;
 	pthread_mutex_unlock(&f->wb_lock);
 	punch_surplus(f);
 	return ret;
@@ -1112,6 +1248,14 @@ static ssize_t file_peek(struct backend *b, uint32_t owner, uint64_t h, void *ob
 		src = sect;
 		goto unpack;
 	}
+	if (!h_packed(h) && st_copy(f, h, sect)) {
+		*fmt = OBJ_PLAIN;
+		if (f->seal)
+			return seal_open_detached(f->seal, owner, h, sect, PAGE_SIZE, &f->tags[h], obj) ? -EIO
+													  : (ssize_t)PAGE_SIZE;
+		memcpy(obj, sect, PAGE_SIZE);
+		return PAGE_SIZE;
+	}
 	ci = h_packed(h) ? h_sector(h) / FC_SECTORS : (uint32_t)(h / FC_PAGES);
 	if (ci >= f->nr_clusters)
 		return -EIO;
@@ -1179,6 +1323,11 @@ int file_layout(struct backend *b, struct file_layout *l)
 	l->punch_calls = f->punch_calls;
 	l->fd = f->fd;
 	pthread_mutex_unlock(&f->lock);
+	pthread_mutex_lock(&f->wb_lock);
+	l->staged_pages = f->st_pages;
+	l->stage_writes = f->st_writes;
+	l->staged_now = f->st_len;
+	pthread_mutex_unlock(&f->wb_lock);
 	return 0;
 }
 
