@@ -652,6 +652,7 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		pthread_mutex_init(&x->lock, NULL);
 	}
 	f->st_buf = ureserve((size_t)ST_PAGES * PAGE_SIZE);
+	ret = -ENOMEM;
 	if (!f->st_buf)
 		goto out_free;
 	f->wb_buf = ureserve(WB_BYTES);
@@ -1128,12 +1129,13 @@ static void punch_surplus(struct file_tier *f)
 static int file_flush(struct backend *b)
 {
 	struct file_tier *f = b->priv;
-	int ret;
+	int ret, st;
 
 	pthread_mutex_lock(&f->wb_lock);
 	ret = wb_write(f);
-	if (st_write(f) && !ret)
-		ret = -EIO;
+	st = st_write(f);
+	if (st && !ret)
+		ret = st;
 	pthread_mutex_unlock(&f->wb_lock);
 	punch_surplus(f);
 	return ret;
