@@ -511,38 +511,29 @@ static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 }
 
 /*
- * Swap-in readahead. A swap-in at the address where the previous one ended starts or extends a
- * sequential run: the window doubles from RA_MIN up to RA_MAX pages, and that many swapped pages
- * after the faulting folio come in, after the faulting thread is woken: whole folios, loaded in one
- * batch (uswap_load_vec(): the file tier reads them in one round of I/O, adjacent slots in one read)
- * and installed with one copy. Any other swap-in closes the window, so random access never reads
- * ahead. Pages read ahead keep their swap copy like any read (so a page never used goes again
- * without a store) and carry no reference bit: the clock takes them first. A folio that is locked,
- * not wholly swapped, or whose descriptors are busy ends the window; a failed batch loads nothing
- * (the pages stay swapped, and a fault on one of them reports the error).
+ * Swap in whole swapped folios from @f0 on (up to the end of @r), at most @max pages, in one batch:
+ * try-locked (a busy folio, or one not wholly swapped, ends the run), loaded with one
+ * uswap_load_vec() (the file tier reads them in one round of I/O, adjacent slots in one read; it
+ * stops at a busy descriptor) and installed with one copy. @keep: pages keep their swap copy and are
+ * mapped write-protected (see clean_pays()). Folios not installed stay swapped. Return: pages
+ * installed; *@nf: folios installed, from @f0.
  */
-#define RA_MIN 4
-#define RA_MAX 16
-#define RA_BATCH (MM_FOLIO_MAX / MM_PAGE)
-static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi)
+size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
+		  size_t *nf)
 {
-	uswap_id_t ids[RA_BATCH];
-	uint32_t idx[RA_BATCH];
+	uswap_id_t ids[SWAPIN_RUN_MAX];
+	uint32_t idx[SWAPIN_RUN_MAX];
 	size_t first, end, f, f1, np = 0, fit = 0, dp = 0, done;
-	unsigned win = 0;
 	ssize_t got;
-	bool keep;
 
-	region_folio_pages(r, fi, &first, &end);
-	if (atomic_exchange(&m->ra_next, region_addr(r, end)) == region_addr(r, first)) {
-		win = atomic_load(&m->ra_pages);
-		win = win ? (win * 2 > RA_MAX ? RA_MAX : win * 2) : RA_MIN;
-	}
-	atomic_store(&m->ra_pages, win);
-	if (!win || atomic_load(&m->resident) + win > atomic_load(&m->limit))
-		return;
-	/* Lock whole swapped folios after @fi, [fi + 1, f1): their pages are [end, end + np). */
-	for (f1 = fi + 1; np < win && f1 < r->nr_folios; f1++) {
+	*nf = 0;
+	if (f0 >= r->nr_folios)
+		return 0;
+	if (max > SWAPIN_RUN_MAX)
+		max = SWAPIN_RUN_MAX;
+	region_folio_pages(r, f0, &first, &end);
+	/* Lock whole swapped folios [f0, f1): their pages are [first, first + np). */
+	for (f1 = f0; np < max && f1 < r->nr_folios; f1++) {
 		size_t a, b, i;
 
 		if (!folio_trylock(&r->folios[f1]))
@@ -550,7 +541,7 @@ static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region
 		region_folio_pages(r, f1, &a, &b);
 		for (i = a; i < b && pg_kind(r->pages[i]) == PG_SWAPPED; i++)
 			;
-		if (i < b || np + (b - a) > RA_BATCH) {
+		if (i < b || np + (b - a) > max) {
 			folio_unlock(&r->folios[f1]);
 			break;
 		}
@@ -561,33 +552,71 @@ static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region
 	}
 	got = np ? uswap_load_vec(m->swap, ids, idx, np, stage) : 0;
 	/* Install the whole folios among the pages loaded. */
-	for (f = fi + 1; got > 0 && f < f1; f++) {
+	for (f = f0; got > 0 && f < f1; f++) {
 		size_t a, b;
 
 		region_folio_pages(r, f, &a, &b);
-		if (b - end > (size_t)got)
+		if (b - first > (size_t)got)
 			break;
-		fit = b - end;
+		fit = b - first;
+		(*nf)++;
 	}
 	if (fit) {
-		keep = clean_pays(m);
-		mm_copy(m, region_addr(r, end), stage, fit * MM_PAGE, keep, &done);
+		mm_copy(m, region_addr(r, first), stage, fit * MM_PAGE, keep, &done);
 		dp = done / MM_PAGE;
 		for (size_t j = 0; j < dp; j++) {
 			if (!keep)
 				uswap_free_pages(m->swap, ids[j], idx[j], 1);
-			r->pages[end + j] = keep ? pg_make(PG_PRESENT, (uint32_t)ids[j], idx[j], true) : PG_PRESENT;
+			r->pages[first + j] = keep ? pg_make(PG_PRESENT, (uint32_t)ids[j], idx[j], true) : PG_PRESENT;
 		}
 		atomic_fetch_add(&m->resident, dp);
 		atomic_fetch_add(&m->c.swapin_pages, dp);
-		atomic_fetch_add(&m->c.readahead_pages, dp);
-		if (dp)
-			atomic_store(&m->ra_next, region_addr(r, end + dp));
+		if (dp < fit) /* the copy stopped short: count only the folios it finished */
+			for (*nf = 0, f = f0; f < f1; f++) {
+				size_t a, b;
+
+				region_folio_pages(r, f, &a, &b);
+				if (b - first > dp)
+					break;
+				(*nf)++;
+			}
 	}
-	for (f = fi + 1; f < f1; f++) {
+	for (f = f0; f < f1; f++) {
 		folio_summarize(r, f);
 		folio_unlock(&r->folios[f]);
 	}
+	return dp;
+}
+
+/*
+ * Swap-in readahead. A swap-in at the address where the previous one ended starts or extends a
+ * sequential run: the window doubles from RA_MIN up to RA_MAX pages, and that many swapped pages
+ * after the faulting folio come in, after the faulting thread is woken, as one swapin_run(). Any
+ * other swap-in closes the window, so random access never reads ahead. Pages read ahead keep their
+ * swap copy like any read (so a page never used goes again without a store) and carry no reference
+ * bit: the clock takes them first. A folio that is locked, not wholly swapped, or whose descriptors
+ * are busy ends the window; a failed batch loads nothing (the pages stay swapped, and a fault on one
+ * of them reports the error).
+ */
+#define RA_MIN 4
+#define RA_MAX 16
+static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi)
+{
+	size_t first, end, dp, nf;
+	unsigned win = 0;
+
+	region_folio_pages(r, fi, &first, &end);
+	if (atomic_exchange(&m->ra_next, region_addr(r, end)) == region_addr(r, first)) {
+		win = atomic_load(&m->ra_pages);
+		win = win ? (win * 2 > RA_MAX ? RA_MAX : win * 2) : RA_MIN;
+	}
+	atomic_store(&m->ra_pages, win);
+	if (!win || atomic_load(&m->resident) + win > atomic_load(&m->limit))
+		return;
+	dp = swapin_run(m, stage, r, fi + 1, win, clean_pays(m), &nf);
+	atomic_fetch_add(&m->c.readahead_pages, dp);
+	if (dp)
+		atomic_store(&m->ra_next, region_addr(r, end + dp));
 }
 
 static bool folio_untouched(struct mm_region *r, size_t fi)

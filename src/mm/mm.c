@@ -146,12 +146,30 @@ static void mm_fork_prepare(struct uswap_mm *m)
 		size_t k = 0;
 
 		for (size_t fi = 0; fi < r->nr_folios; fi++) {
-			size_t first, end;
+			size_t first, end, f, nf = 0, k2 = k;
+			uint32_t fl = atomic_load(&r->folios[fi]);
 
-			if (!(atomic_load(&r->folios[fi]) & (FL_SHADOW | FL_SWAPPED)))
+			if (!(fl & (FL_SHADOW | FL_SWAPPED)))
 				continue;
 			if (ndc && folio_dontfork(r, fi, dc, ndc, &k))
 				continue;
+			/*
+			 * Wholly swapped folios come in by runs, one batch of loads each (a swap file reads them
+			 * in one round of I/O instead of one read after another); up to a folio the child does
+			 * not get. They keep their swap copies: evicting them again after fork costs no store.
+			 */
+			for (f = fi; f < r->nr_folios && (f - fi) << r->folio_shift < SWAPIN_RUN_MAX; f++) {
+				uint32_t g = atomic_load(&r->folios[f]);
+
+				if ((g & (FL_PRESENT | FL_SHADOW)) || !(g & FL_SWAPPED) ||
+				    (ndc && f > fi && folio_dontfork(r, f, dc, ndc, &k2)))
+					break;
+			}
+			if (f > fi + 1 && swapin_run(m, m->fork_stage, r, fi, (f - fi) << r->folio_shift, true, &nf) &&
+			    nf) {
+				fi += nf - 1; /* the next folio goes by the loop: a run again, or one at a time */
+				continue;
+			}
 			folio_lock(&r->folios[fi]);
 			for (int tries = 0; tries < 1000; tries++) {
 				if (fault_folio_in(m, m->fork_stage, r, fi, false) != -EAGAIN)

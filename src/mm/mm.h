@@ -249,6 +249,10 @@ void mm_settle(struct uswap_mm *m);
  * -EAGAIN (the kernel's mappings are changing: retry after the events) or another -errno.
  */
 int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write);
+/* Whole swapped folios from @f0 in one batch (readahead, fork); see fault.c. */
+#define SWAPIN_RUN_MAX (MM_FOLIO_MAX / MM_PAGE)
+size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
+		  size_t *nf);
 
 /* reclaim.c */
 int reclaim_start(struct uswap_mm *m);
