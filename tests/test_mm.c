@@ -237,6 +237,7 @@ static void test_mm_sequential_readahead(void)
 		struct uswap_mm_stats st;
 		uint32_t *sums = calloc(n, sizeof(*sums));
 		unsigned char *p;
+		uint64_t ra;
 
 		if (!m)
 			return;
@@ -244,6 +245,13 @@ static void test_mm_sequential_readahead(void)
 		for (size_t i = 0; i < n; i++)
 			sums[i] = put_page(p + i * PS, i, 0);
 		CHECK_EQ(verify_pages(p, n, sums), 0);
+		/* A forward pass that reads one page in two (an interpreter sizing its objects) reads ahead. */
+		uswap_mm_stats(m, &st);
+		ra = st.readahead_pages;
+		for (size_t i = 0; i < n; i += 2)
+			CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
+		uswap_mm_stats(m, &st);
+		CHECK(st.readahead_pages > ra);
 		/* Every other page rewritten in a forward pass: pages read ahead take writes. */
 		for (size_t i = 0; i < n; i += 2)
 			sums[i] = put_page(p + i * PS, i, 1);

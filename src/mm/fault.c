@@ -589,10 +589,13 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 }
 
 /*
- * Swap-in readahead. A swap-in at the address where the previous one ended starts or extends a
- * sequential run: the window doubles from RA_MIN up to RA_MAX pages, and that many swapped pages
- * after the faulting folio come in, after the faulting thread is woken, as one swapin_run(). Any
- * other swap-in closes the window, so random access never reads ahead. Pages read ahead keep their
+ * Swap-in readahead. A swap-in at the address where the previous one ended, or at most RA_GAP pages
+ * after it, starts or extends a forward run: the window doubles from RA_MIN up to RA_MAX pages, and
+ * that many swapped pages after the faulting folio come in, after the faulting thread is woken, as
+ * one swapin_run(). The gap lets a pass that touches one page in two or three (the headers of 8 KiB
+ * objects: an interpreter sizing a list's items before it copies them) read ahead too, the pages it
+ * skips included. Any other swap-in closes the window, so random access practically never reads
+ * ahead. Pages read ahead keep their
  * swap copy like any read (so a page never used goes again without a store) and carry no reference
  * bit: the clock takes them first. A folio that is locked, not wholly swapped, or whose descriptors
  * are busy ends the window; a failed batch loads nothing (the pages stay swapped, and a fault on one
@@ -600,13 +603,16 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
  */
 #define RA_MIN 4
 #define RA_MAX 16
+#define RA_GAP 4
 static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi)
 {
 	size_t first, end, dp, nf;
 	unsigned win = 0;
+	uintptr_t prev;
 
 	region_folio_pages(r, fi, &first, &end);
-	if (atomic_exchange(&m->ra_next, region_addr(r, end)) == region_addr(r, first)) {
+	prev = atomic_exchange(&m->ra_next, region_addr(r, end));
+	if (prev <= region_addr(r, first) && region_addr(r, first) - prev <= RA_GAP * MM_PAGE) {
 		win = atomic_load(&m->ra_pages);
 		win = win ? (win * 2 > RA_MAX ? RA_MAX : win * 2) : RA_MIN;
 	}
