@@ -807,21 +807,28 @@ static int st_add(struct file_tier *f, const void *src, unsigned n, uint32_t s, 
 	return err;
 }
 
+/* Where slot @slot is in the stage, or NIL; wb_lock held. A slot is staged at most once (freed: NIL). */
+static uint32_t st_find(const struct file_tier *f, uint64_t slot)
+{
+	for (uint32_t i = 0; i < f->st_len; i++)
+		if (f->st_slot[i] == slot)
+			return i;
+	return NIL;
+}
+
 /* Copy staged slot @slot (as it would be on disk: sealed with encrypt) to @dst; false if not staged. */
 static bool st_copy(struct file_tier *f, uint64_t slot, void *dst)
 {
-	bool hit = false;
+	uint32_t i;
 
 	if (!st_maybe(f, slot))
 		return false;
 	pthread_mutex_lock(&f->wb_lock);
-	for (uint32_t i = 0; i < f->st_len && !hit; i++)
-		if (f->st_slot[i] == slot) {
-			memcpy(dst, f->st_buf + (size_t)i * PAGE_SIZE, PAGE_SIZE);
-			hit = true;
-		}
+	i = st_find(f, slot);
+	if (i != NIL)
+		memcpy(dst, f->st_buf + (size_t)i * PAGE_SIZE, PAGE_SIZE);
 	pthread_mutex_unlock(&f->wb_lock);
-	return hit;
+	return i != NIL;
 }
 
 /* ---- store / load / release ---- */
@@ -982,14 +989,15 @@ static int file_load_vec(struct backend *b, const uint32_t *owners, const uint64
 static void file_release(struct backend *b, uint32_t owner, uint64_t handle)
 {
 	struct file_tier *f = b->priv;
+	uint32_t i;
 	(void)owner;
 
 	if (!h_packed(handle) && st_maybe(f, handle)) {
 		/* Not written while we hold wb_lock: once unstaged, the slot can be reused at once. */
 		pthread_mutex_lock(&f->wb_lock);
-		for (uint32_t i = 0; i < f->st_len; i++)
-			if (f->st_slot[i] == handle)
-				f->st_slot[i] = NIL;
+		i = st_find(f, handle);
+		if (i != NIL)
+			f->st_slot[i] = NIL;
 		pthread_mutex_unlock(&f->wb_lock);
 	}
 	pthread_mutex_lock(&f->lock);
@@ -1236,6 +1244,18 @@ prefetch:
 	return w;
 }
 
+/* peek() of plain slot @h whose bytes as on disk are at @src. */
+static ssize_t peek_plain(struct file_tier *f, uint32_t owner, uint64_t h, const void *src, void *obj,
+			  unsigned *fmt)
+{
+	*fmt = OBJ_PLAIN;
+	if (f->seal)
+		return seal_open_detached(f->seal, owner, h, src, PAGE_SIZE, &f->tags[h], obj) ? -EIO
+												 : (ssize_t)PAGE_SIZE;
+	memcpy(obj, src, PAGE_SIZE);
+	return PAGE_SIZE;
+}
+
 static ssize_t file_peek(struct backend *b, uint32_t owner, uint64_t h, void *obj, unsigned *fmt)
 {
 	struct file_tier *f = b->priv;
@@ -1250,14 +1270,8 @@ static ssize_t file_peek(struct backend *b, uint32_t owner, uint64_t h, void *ob
 		src = sect;
 		goto unpack;
 	}
-	if (!h_packed(h) && st_copy(f, h, sect)) {
-		*fmt = OBJ_PLAIN;
-		if (f->seal)
-			return seal_open_detached(f->seal, owner, h, sect, PAGE_SIZE, &f->tags[h], obj) ? -EIO
-													  : (ssize_t)PAGE_SIZE;
-		memcpy(obj, sect, PAGE_SIZE);
-		return PAGE_SIZE;
-	}
+	if (!h_packed(h) && st_copy(f, h, sect))
+		return peek_plain(f, owner, h, sect, obj, fmt);
 	ci = h_packed(h) ? h_sector(h) / FC_SECTORS : (uint32_t)(h / FC_PAGES);
 	if (ci >= f->nr_clusters)
 		return -EIO;
@@ -1268,16 +1282,10 @@ static ssize_t file_peek(struct backend *b, uint32_t owner, uint64_t h, void *ob
 		return -EIO;
 	}
 	if (!h_packed(h)) {
-		int ret = 0;
+		ssize_t ret = peek_plain(f, owner, h, w->buf + (h % FC_PAGES) * PAGE_SIZE, obj, fmt);
 
-		if (f->seal)
-			ret = seal_open_detached(f->seal, owner, h, w->buf + (h % FC_PAGES) * PAGE_SIZE, PAGE_SIZE,
-						 &f->tags[h], obj);
-		else
-			memcpy(obj, w->buf + (h % FC_PAGES) * PAGE_SIZE, PAGE_SIZE);
 		pthread_mutex_unlock(&f->ra_lock);
-		*fmt = OBJ_PLAIN;
-		return ret ? -EIO : (ssize_t)PAGE_SIZE;
+		return ret;
 	}
 	memcpy(sect, w->buf + (size_t)(h_sector(h) % FC_SECTORS) * SECTOR, h_nsect(h) * SECTOR);
 	pthread_mutex_unlock(&f->ra_lock);
