@@ -511,6 +511,24 @@ static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 }
 
 /*
+ * How many of folios [@f0, @f1) (their pages from @first on) lie wholly in the @n pages from @first;
+ * *@pages: the pages those folios hold.
+ */
+static size_t folios_within(struct mm_region *r, size_t f0, size_t f1, size_t first, size_t n, size_t *pages)
+{
+	size_t f, a, b;
+
+	*pages = 0;
+	for (f = f0; f < f1; f++) {
+		region_folio_pages(r, f, &a, &b);
+		if (b - first > n)
+			break;
+		*pages = b - first;
+	}
+	return f - f0;
+}
+
+/*
  * Swap in whole swapped folios from @f0 on (up to the end of @r), at most @max pages, in one batch:
  * try-locked (a busy folio, or one not wholly swapped, ends the run), loaded with one
  * uswap_load_vec() (the file tier reads them in one round of I/O, adjacent slots in one read; it
@@ -523,7 +541,7 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 {
 	uswap_id_t ids[SWAPIN_RUN_MAX];
 	uint32_t idx[SWAPIN_RUN_MAX];
-	size_t first, end, f, f1, np = 0, fit = 0, dp = 0, done;
+	size_t first, end, f, f1, np = 0, fit = 0, dp = 0, done, covered;
 	ssize_t got;
 
 	*nf = 0;
@@ -552,15 +570,8 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 	}
 	got = np ? uswap_load_vec(m->swap, ids, idx, np, stage) : 0;
 	/* Install the whole folios among the pages loaded. */
-	for (f = f0; got > 0 && f < f1; f++) {
-		size_t a, b;
-
-		region_folio_pages(r, f, &a, &b);
-		if (b - first > (size_t)got)
-			break;
-		fit = b - first;
-		(*nf)++;
-	}
+	if (got > 0)
+		folios_within(r, f0, f1, first, (size_t)got, &fit);
 	if (fit) {
 		mm_copy(m, region_addr(r, first), stage, fit * MM_PAGE, keep, &done);
 		dp = done / MM_PAGE;
@@ -571,15 +582,7 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 		}
 		atomic_fetch_add(&m->resident, dp);
 		atomic_fetch_add(&m->c.swapin_pages, dp);
-		if (dp < fit) /* the copy stopped short: count only the folios it finished */
-			for (*nf = 0, f = f0; f < f1; f++) {
-				size_t a, b;
-
-				region_folio_pages(r, f, &a, &b);
-				if (b - first > dp)
-					break;
-				(*nf)++;
-			}
+		*nf = folios_within(r, f0, f1, first, dp, &covered); /* the copy may stop short */
 	}
 	for (f = f0; f < f1; f++) {
 		folio_summarize(r, f);
@@ -595,11 +598,10 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
  * one swapin_run(). The gap lets a pass that touches one page in two or three (the headers of 8 KiB
  * objects: an interpreter sizing a list's items before it copies them) read ahead too, the pages it
  * skips included. Any other swap-in closes the window, so random access practically never reads
- * ahead. Pages read ahead keep their
- * swap copy like any read (so a page never used goes again without a store) and carry no reference
- * bit: the clock takes them first. A folio that is locked, not wholly swapped, or whose descriptors
- * are busy ends the window; a failed batch loads nothing (the pages stay swapped, and a fault on one
- * of them reports the error).
+ * ahead. Pages read ahead keep their swap copy like any read (so a page never used goes again
+ * without a store) and carry no reference bit: the clock takes them first. A folio that is locked,
+ * not wholly swapped, or whose descriptors are busy ends the window; a failed batch loads nothing
+ * (the pages stay swapped, and a fault on one of them reports the error).
  */
 #define RA_MIN 4
 #define RA_MAX 16
