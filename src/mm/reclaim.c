@@ -31,7 +31,8 @@
 #endif
 
 #define ROUND_PAGES     64 /* pages evicted per round under reclaim_lock */
-#define LOCK_CHUNK      32 /* folios looked at per hold of tbl_lock */
+#define LOCK_CHUNK      64 /* folios handled per hold of tbl_lock (BATCH: one release a hold) */
+#define PASS_PER_FOLIO  64 /* folios a hand may pass over (nothing to do there) per folio it may handle */
 #define MAX_COW         16
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
 #define BATCH           64 /* shadow ranges released together, folios held until then */
@@ -384,12 +385,13 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 {
 	uintptr_t *hand = front ? &m->front : &m->back;
 	struct release_batch batch;
-	size_t scanned = 0;
+	size_t scanned = 0, passed = 0;
 
 	batch.nr_iov = batch.nr_folios = 0;
 	batch.pages = 0;
-	while (res->pages < want && scanned < max_scan && !atomic_load(&m->forking)) {
-		unsigned ri, chunk = 0;
+	while (res->pages < want && scanned < max_scan && passed < max_scan * PASS_PER_FOLIO &&
+	       !atomic_load(&m->forking)) {
+		unsigned ri, chunk = 0, chunk_passed = 0;
 		size_t fi;
 
 		pthread_rwlock_rdlock(&m->tbl_lock);
@@ -397,14 +399,26 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			pthread_rwlock_unlock(&m->tbl_lock);
 			return;
 		}
-		while (chunk < LOCK_CHUNK && res->pages < want && scanned < max_scan) {
+		while (chunk < LOCK_CHUNK && chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO && res->pages < want &&
+		       scanned < max_scan) {
 			struct mm_region *r = m->tbl[ri];
 			_Atomic uint32_t *f = &r->folios[fi];
 			uint32_t v = atomic_load(f);
 			ssize_t got;
 
-			scanned++;
-			chunk++;
+			/*
+			 * Only the folios a hand can act on count against its budgets: under random
+			 * access most folios of a large region are swapped, and a hand that counted
+			 * them found a few folios a round, each round paying its own release (a TLB
+			 * flush, an IPI to the program's CPU).
+			 */
+			if (!(v & (front ? FL_PRESENT : FL_SHADOW))) {
+				passed++;
+				chunk_passed++;
+			} else {
+				scanned++;
+				chunk++;
+			}
 			if (front && (v & FL_PRESENT)) {
 				if (v & (FL_PINNED | FL_REF)) {
 					atomic_fetch_and(f, ~(FL_PINNED | FL_REF));
