@@ -135,16 +135,17 @@ static int vma_pages(struct uswap_mm *m, uintptr_t addr, size_t n, size_t *pages
 }
 
 /*
- * mm_copy() - UFFDIO_COPY of @len bytes from @src to @dst (see uffd_copy(), no wake), split where
- * @dst crosses from one vma into the next. *done: bytes copied from the start, also on error.
+ * mm_copy() - UFFDIO_COPY of @len bytes from @src to @dst (see uffd_copy()), split where @dst
+ * crosses from one vma into the next; @wake: each copy wakes the threads waiting in what it filled.
+ * *done: bytes copied from the start, also on error.
  */
-int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, size_t *done)
+int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done)
 {
 	size_t pos = 0, stop = len, d, fit;
 	int ret = 0;
 
 	while (pos < len) {
-		ret = uffd_copy(m->uffd, dst + pos, (const char *)src + pos, stop - pos, wp, false, &d);
+		ret = uffd_copy(m->uffd, dst + pos, (const char *)src + pos, stop - pos, wp, wake, &d);
 		pos += d;
 		if (!ret) {
 			stop = len;
@@ -180,7 +181,8 @@ int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool
  * vma whose protection the program changed (read-only, PROT_NONE) stay where they are.
  * Return: 0 when every page that src held is at dst; else the first error that left pages behind.
  */
-int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st)
+static int move_pages_of(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake,
+			 uint8_t *st, bool *erred)
 {
 	uint8_t at_dst[MV_MAX_PAGES], at_src[MV_MAX_PAGES];
 	size_t i = 0, stop = n; /* this call tries [i, stop) */
@@ -206,6 +208,7 @@ int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n
 			continue;
 		}
 		err = -errno;
+		*erred = true;
 		if (pages_mapped(m, dst + i * MM_PAGE, w, at_dst) || pages_mapped(m, src + i * MM_PAGE, w, at_src)) {
 			/* A range unmapped under us (its event not applied yet): trust the count. */
 			size_t dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
@@ -253,6 +256,17 @@ int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n
 	return ret;
 }
 
+int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st)
+{
+	bool erred = false;
+	int ret = move_pages_of(m, uffd, dst, src, n, wake, st, &erred);
+
+	/* A call that fails wakes nobody, even for the pages it moved before the error. */
+	if (wake && erred)
+		uffd_wake(uffd, dst, n * MM_PAGE);
+	return ret;
+}
+
 int uffd_wake(int uffd, uintptr_t start, size_t len)
 {
 	struct uffdio_range r = {.start = start, .len = len};
@@ -280,10 +294,10 @@ static void poison(struct uswap_mm *m, uintptr_t addr, size_t len)
 
 /* ---- bringing a folio in ---- */
 
-static int in_zero(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, size_t *done_pages)
+static int in_zero(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, bool wake, size_t *done_pages)
 {
 	size_t done;
-	int ret = mm_copy(m, region_addr(r, i), m->zero, n * MM_PAGE, false, &done);
+	int ret = mm_copy(m, region_addr(r, i), m->zero, n * MM_PAGE, false, wake, &done);
 
 	*done_pages = done / MM_PAGE;
 	for (size_t j = 0; j < *done_pages; j++) {
@@ -310,7 +324,7 @@ static bool clean_pays(struct uswap_mm *m)
 }
 
 static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t i, size_t n,
-		      bool write)
+		      bool write, bool wake)
 {
 	uint64_t w = r->pages[i];
 	size_t done, dp;
@@ -333,7 +347,7 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 	 */
 	if (!write && !clean_pays(m))
 		write = true;
-	ret = mm_copy(m, region_addr(r, i), stage, n * MM_PAGE, !write, &done);
+	ret = mm_copy(m, region_addr(r, i), stage, n * MM_PAGE, !write, wake, &done);
 	dp = done / MM_PAGE;
 	if (write && dp)
 		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), dp);
@@ -351,10 +365,10 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
  * PROT_NONE since the page went to the shadow (the fault then comes from a read, or from the kernel
  * on the program's behalf). Return: 0, or -errno with the page still in the shadow.
  */
-static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i)
+static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i, bool wake)
 {
 	size_t done;
-	int ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), MM_PAGE, false, &done);
+	int ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), MM_PAGE, false, wake, &done);
 
 	if (ret)
 		return ret;
@@ -362,7 +376,7 @@ static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i)
 	return 0;
 }
 
-static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, bool write)
+static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, bool write, bool wake)
 {
 	bool clean = r->pages[i] & PG_CLEAN;
 	size_t done, dp;
@@ -370,7 +384,7 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 
 	if (clean && !write) {
 		/* MOVE would map the page writable and lose the protection: copy it in protected. */
-		ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true, &done);
+		ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true, wake, &done);
 		dp = done / MM_PAGE;
 		if (dp)
 			madvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
@@ -379,10 +393,10 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 	} else {
 		uint8_t st[MV_MAX_PAGES];
 
-		ret = mm_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
+		ret = mm_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, wake, st);
 		dp = 0;
 		for (size_t j = 0; j < n; j++) {
-			if (st[j] == MV_LEFT && ret == -EINVAL && !shadow_copy_back(m, r, i + j))
+			if (st[j] == MV_LEFT && ret == -EINVAL && !shadow_copy_back(m, r, i + j, wake))
 				st[j] = MV_MOVED;
 			if (st[j] != MV_MOVED)
 				continue; /* still in the shadow, still counted there */
@@ -398,7 +412,8 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 	return ret;
 }
 
-int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write)
+int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write,
+		   bool wake)
 {
 	size_t first, end, i;
 	bool loaded = false, soft = false;
@@ -415,13 +430,13 @@ int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r
 		case PG_NONE:
 			while (i + n < end && pg_kind(r->pages[i + n]) == PG_NONE)
 				n++;
-			ret = in_zero(m, r, i, n, &dp);
+			ret = in_zero(m, r, i, n, wake, &dp);
 			break;
 		case PG_SWAPPED:
 			while (i + n < end && pg_kind(r->pages[i + n]) == PG_SWAPPED &&
 			       pg_copy_follows(r->pages[i + n - 1], r->pages[i + n]))
 				n++;
-			ret = in_swapped(m, stage + (i - first) * MM_PAGE, r, i, n, write);
+			ret = in_swapped(m, stage + (i - first) * MM_PAGE, r, i, n, write, wake);
 			loaded = true;
 			break;
 		case PG_SHADOW:
@@ -429,7 +444,7 @@ int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r
 			       (r->pages[i + n] & PG_CLEAN) == (w & PG_CLEAN) &&
 			       (!(w & PG_CLEAN) || pg_copy_follows(r->pages[i + n - 1], r->pages[i + n])))
 				n++;
-			ret = in_shadow(m, r, i, n, write);
+			ret = in_shadow(m, r, i, n, write, wake);
 			soft = true;
 			break;
 		}
@@ -493,7 +508,7 @@ static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 			region_folio_pages(r, run0, &a, &first);
 			region_folio_pages(r, f - 1, &first, &b);
 			if (!ret)
-				ret = in_zero(m, r, a, b - a, &dp);
+				ret = in_zero(m, r, a, b - a, true, &dp);
 			for (size_t g = run0; g < f; g++)
 				folio_summarize(r, g);
 		} else {
@@ -573,7 +588,7 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 	if (got > 0)
 		folios_within(r, f0, f1, first, (size_t)got, &fit);
 	if (fit) {
-		mm_copy(m, region_addr(r, first), stage, fit * MM_PAGE, keep, &done);
+		mm_copy(m, region_addr(r, first), stage, fit * MM_PAGE, keep, false, &done);
 		dp = done / MM_PAGE;
 		for (size_t j = 0; j < dp; j++) {
 			if (!keep)
@@ -638,8 +653,11 @@ static bool folio_untouched(struct mm_region *r, size_t fi)
 	return true;
 }
 
-/* A write to a clean (write-protected) page: its copy is stale from now on. */
-static void fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
+/*
+ * A write to a clean (write-protected) page: its copy is stale from now on. Return: 0 (protection
+ * lifted, waiters woken) or -errno.
+ */
+static int fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
 {
 	size_t first, end;
 	bool had = false;
@@ -653,7 +671,7 @@ static void fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
 			atomic_fetch_sub_explicit(&m->wp_score, WP_FAULT_COST, memory_order_relaxed);
 	}
 	atomic_fetch_add(&m->c.wp_faults, 1);
-	uffd_unprotect(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+	return uffd_unprotect(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
 }
 
 /*
@@ -705,7 +723,7 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 	bool write = msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WRITE;
 	uint64_t t0 = now_ns();
 	struct mm_region *r;
-	bool swapin = false;
+	bool swapin = false, woken = false;
 	size_t fi, first, end;
 	int ret = 0;
 
@@ -733,7 +751,7 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 	fi = region_folio(r, addr);
 	folio_lock(&r->folios[fi]);
 	if (wp) {
-		fault_wp(m, r, fi);
+		woken = !fault_wp(m, r, fi);
 	} else if (pg_kind(r->pages[region_page(r, addr)]) == PG_PRESENT) {
 		fault_present(m, r, region_page(r, addr));
 	} else {
@@ -743,13 +761,19 @@ static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
 		    !fault_around(m, r, fi))
 			ret = 0;
 		else /* without neighbours, or when filling them failed (pages of a vma we cannot fill) */
-			ret = fault_folio_in(m, h->stage, r, fi, write);
+			ret = fault_folio_in(m, h->stage, r, fi, write, true);
+		/* 0: every page of the folio went in by a copy or move that woke its waiters. */
+		woken = !ret;
 	}
 	atomic_fetch_or(&r->folios[fi], FL_REF);
 	region_folio_pages(r, fi, &first, &end);
 	folio_unlock(&r->folios[fi]);
-	/* Whatever happened, wake: a thread whose page is still missing faults again and comes back. */
-	uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+	/*
+	 * Otherwise, whatever happened, wake: a thread whose page is still missing faults again and
+	 * comes back. (A UFFDIO_WAKE is a system call of its own, ~1-2 us here, on every fault.)
+	 */
+	if (!woken)
+		uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
 	if (swapin)
 		hist_add(&m->swapin_hist, now_ns() - t0);
 	/* The program goes on with its page while the next ones come in. */

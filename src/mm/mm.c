@@ -172,7 +172,7 @@ static void mm_fork_prepare(struct uswap_mm *m)
 			}
 			folio_lock(&r->folios[fi]);
 			for (int tries = 0; tries < 1000; tries++) {
-				if (fault_folio_in(m, m->fork_stage, r, fi, false) != -EAGAIN)
+				if (fault_folio_in(m, m->fork_stage, r, fi, false, false) != -EAGAIN)
 					break;
 				sched_yield();
 			}
@@ -408,7 +408,7 @@ static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
 		if (!(atomic_load(&r->folios[fi]) & (FL_SHADOW | FL_SWAPPED | FL_PRESENT)))
 			continue;
 		for (int tries = 0; tries < 1000; tries++) {
-			ret = fault_folio_in(m, m->fork_stage, r, fi, true);
+			ret = fault_folio_in(m, m->fork_stage, r, fi, true, false);
 			if (ret != -EAGAIN)
 				break;
 			sched_yield();

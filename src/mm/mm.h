@@ -245,10 +245,12 @@ void mm_settle(struct uswap_mm *m);
 /*
  * Bring every page of folio @fi in (NONE pages zero-filled, SWAPPED loaded, SHADOW moved back).
  * @write: the access is a write (copies are dropped, pages mapped writable); otherwise copies are
- * kept and clean pages mapped write-protected. Context: folio locked, tbl_lock read. Return: 0, or
+ * kept and clean pages mapped write-protected. @wake: each install wakes the threads waiting in what it
+ * filled. Context: folio locked, tbl_lock read. Return: 0 (every page in), or
  * -EAGAIN (the kernel's mappings are changing: retry after the events) or another -errno.
  */
-int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write);
+int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write,
+		   bool wake);
 /* Whole swapped folios from @f0 in one batch (readahead, fork); see fault.c. */
 #define SWAPIN_RUN_MAX (MM_FOLIO_MAX / MM_PAGE)
 size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
@@ -271,7 +273,7 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 
 /* uffd helpers (fault.c) */
 int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
-int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, size_t *done);
+int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
 /* Where a page is after mm_move(). */
 enum { MV_LEFT, MV_MOVED, MV_HOLE };
 #define MV_MAX_PAGES (1u << MM_FOLIO_MAX_SHIFT)
