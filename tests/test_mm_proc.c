@@ -75,12 +75,16 @@ static uint64_t swap_pages(struct uswap_mm *m)
 /*
  * Pages the regions hold swapped must be exactly what the swap layer holds: nothing leaks.
  * Context: no program thread running; holding the hands keeps reclaim still while we count.
+ * A handler finishes a fault (frees copies, reads ahead) after the install has woken the thread,
+ * under tbl_lock: taking it for writing once waits for every fault in flight.
  */
 static void check_accounting(struct uswap_mm *m)
 {
 	struct uswap_mm_stats st;
 
 	mm_settle(m);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	pthread_rwlock_unlock(&m->tbl_lock);
 	pthread_mutex_lock(&m->reclaim_lock);
 	uswap_mm_stats(m, &st);
 	CHECK_EQ(swap_pages(m), (st.swapped_bytes + st.clean_bytes) / PS);

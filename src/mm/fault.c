@@ -907,7 +907,21 @@ static void *handler_main(void *arg)
 		size_t nr, nev = 0;
 		int e;
 
-		pthread_mutex_lock(&m->ev_lock);
+		/*
+		 * Every handler in poll() wakes on a fault, and one read takes it. A handler that found
+		 * another reading would sleep on ev_lock and cost that one a futex wake (a system call,
+		 * an IPI to a halted vCPU) before it could serve the fault: it polls again instead (poll
+		 * is level-triggered: what the reader leaves wakes it at once), after a yield, so that
+		 * it cannot spin against a reader that shares its CPU.
+		 */
+		if (pthread_mutex_trylock(&m->ev_lock)) {
+			sched_yield();
+			if (poll(p, 2, -1) < 0 && errno != EINTR)
+				break;
+			if (p[1].revents)
+				break;
+			continue;
+		}
 		seq = atomic_load(&m->seq);
 		n = read(m->uffd, msgs, sizeof(msgs));
 		e = errno;
