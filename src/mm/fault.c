@@ -384,7 +384,8 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 
 	if (clean && !write) {
 		/* MOVE would map the page writable and lose the protection: copy it in protected. */
-		ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true, wake, &done);
+		ret = mm_copy(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true, wake,
+			      &done);
 		dp = done / MM_PAGE;
 		if (dp)
 			madvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);

@@ -399,8 +399,8 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			pthread_rwlock_unlock(&m->tbl_lock);
 			return;
 		}
-		while (chunk < LOCK_CHUNK && chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO && res->pages < want &&
-		       scanned < max_scan) {
+		while (chunk < LOCK_CHUNK && chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO &&
+		       res->pages < want && scanned < max_scan) {
 			struct mm_region *r = m->tbl[ri];
 			_Atomic uint32_t *f = &r->folios[fi];
 			uint32_t v = atomic_load(f);
