@@ -404,6 +404,7 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			struct mm_region *r = m->tbl[ri];
 			_Atomic uint32_t *f = &r->folios[fi];
 			uint32_t v = atomic_load(f);
+			bool acts = v & (front ? FL_PRESENT : FL_SHADOW); /* resident / inactive */
 			ssize_t got;
 
 			/*
@@ -412,21 +413,21 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			 * them found a few folios a round, each round paying its own release (a TLB
 			 * flush, an IPI to the program's CPU).
 			 */
-			if (!(v & (front ? FL_PRESENT : FL_SHADOW))) {
+			if (!acts) {
 				passed++;
 				chunk_passed++;
 			} else {
 				scanned++;
 				chunk++;
 			}
-			if (front && (v & FL_PRESENT)) {
+			if (acts && front) {
 				if (v & (FL_PINNED | FL_REF)) {
 					atomic_fetch_and(f, ~(FL_PINNED | FL_REF));
 					res->touched++;
 				} else if (folio_trylock(f)) {
 					fi = front_demote(m, r, fi, want, &scanned, res);
 				}
-			} else if (!front && (v & FL_SHADOW) && folio_trylock(f)) {
+			} else if (acts && folio_trylock(f)) {
 				got = evict_folio(m, r, fi, &batch);
 				if (got > 0) {
 					res->pages += (size_t)got;
