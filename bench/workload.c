@@ -6,6 +6,7 @@
  * under `uswap run`, so the figures compare like with like.
  *
  * usage: workload [--size 2G] [--pattern seq|rand|zipf] [--seconds 20] [--touches N] [--seed N]
+ *                 [--writes PCT]   (PCT% of touches write, the others only read; default 100)
  * Prints one JSON line: touches/s, major faults, peak RSS, and whether every page's counter checked out.
  * Exit status 1 if data did not check out.
  */
@@ -100,6 +101,7 @@ int main(int argc, char **argv)
 	uint64_t size = 2ull << 30, max_touches = UINT64_MAX, seed = 42;
 	double seconds = 20;
 	const char *pattern = "rand";
+	unsigned writes = 100;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -116,13 +118,17 @@ int main(int argc, char **argv)
 		} else if (!strcmp(a, "--touches") && v && strtoull(v, NULL, 10) > 0) {
 			max_touches = strtoull(v, NULL, 10);
 			i++;
+		} else if (!strcmp(a, "--writes") && v && strspn(v, "0123456789") == strlen(v) && *v &&
+			   atoi(v) <= 100) {
+			writes = (unsigned)atoi(v);
+			i++;
 		} else if (!strcmp(a, "--seed") && v) {
 			seed = strtoull(v, NULL, 10);
 			i++;
 		} else {
 			fprintf(stderr, "workload: bad argument \"%s\"\n"
 					"usage: workload [--size 2G] [--pattern seq|rand|zipf] [--seconds 20] "
-					"[--touches N] [--seed N]\n", a);
+					"[--touches N] [--seed N] [--writes PCT]\n", a);
 			return 2;
 		}
 	}
@@ -152,7 +158,7 @@ int main(int argc, char **argv)
 		zipf_init(&z, npages, 0.99);
 	rng_state = seed * 7 + 1;
 
-	/* Touch: read and write one word per touch; check the clock every 4096 touches. */
+	/* Touch: read one word and (PCT% of touches) write it; check the clock every 4096 touches. */
 	uint64_t touches = 0, seq = 0, mult = 2654435761ull % npages | 1;
 	while (mult > 1 && npages % mult == 0)
 		mult += 2;
@@ -169,7 +175,11 @@ int main(int argc, char **argv)
 				uint64_t r = zipf_next(&z, (double)(rng() >> 11) / 9007199254740992.0);
 				p = (r * mult) % npages;
 			}
-			uint64_t *w = (uint64_t *)(region + p * PAGE);
+			volatile uint64_t *w = (volatile uint64_t *)(region + p * PAGE);
+			if (writes < 100 && rng() % 100 >= writes) {
+				(void)*w;
+				continue;
+			}
 			*w = *w + 1;
 			touched[p]++;
 		}
@@ -195,9 +205,9 @@ int main(int argc, char **argv)
 	getrusage(RUSAGE_SELF, &ru);
 	printf("{\"pattern\":\"%s\",\"size_bytes\":%llu,\"fill_s\":%.2f,\"seconds\":%.2f,\"touches\":%llu,"
 	       "\"touches_per_s\":%.0f,\"majflt\":%ld,\"minflt\":%ld,\"maxrss_kb\":%ld,\"bad_pages\":%llu,"
-	       "\"verified\":%s}\n",
+	       "\"writes_pct\":%u,\"verified\":%s}\n",
 	       pattern, (unsigned long long)size, fill_s, elapsed, (unsigned long long)touches,
 	       (double)touches / elapsed, ru.ru_majflt, ru.ru_minflt, ru.ru_maxrss, (unsigned long long)bad,
-	       bad ? "false" : "true");
+	       writes, bad ? "false" : "true");
 	return bad ? 1 : 0;
 }
