@@ -118,8 +118,8 @@ int main(int argc, char **argv)
 		} else if (!strcmp(a, "--touches") && v && strtoull(v, NULL, 10) > 0) {
 			max_touches = strtoull(v, NULL, 10);
 			i++;
-		} else if (!strcmp(a, "--writes") && v && strspn(v, "0123456789") == strlen(v) && *v &&
-			   atoi(v) <= 100) {
+		} else if (!strcmp(a, "--writes") && v && *v && strspn(v, "0123456789") == strlen(v) &&
+			   strlen(v) <= 3 && atoi(v) <= 100) {
 			writes = (unsigned)atoi(v);
 			i++;
 		} else if (!strcmp(a, "--seed") && v) {
