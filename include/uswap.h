@@ -146,6 +146,15 @@ int uswap_stats(struct uswap *u, struct uswap_stats *st);
  * vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd) and Linux 6.8 (UFFDIO_MOVE).
  * Fork: uswap_mm brings every page of the parent in before fork(), so the child starts with plain
  * memory holding exactly the parent's data; the child must not use the parent's instance.
+ *
+ * SIGBUS mode (option sigbus_mode, x86-64): the faulting thread resolves its own fault in a SIGBUS
+ * handler instead of sleeping while a handler thread does it: faults cost a fraction. But the kernel
+ * can then no longer wait for a page on the program's behalf: a system call that reads or writes a
+ * page of a region that is not in memory (read(2) into it, write(2) from it, a futex word in it)
+ * fails with EFAULT. Call uswap_prefault() on such a buffer first (and retry on EFAULT: reclaim may
+ * take it back meanwhile). The instance installs a process-wide SIGBUS handler; a SIGBUS that is
+ * not one of its faults goes to the handler the program had installed before (or the default
+ * action), so the program must not replace that handler while the instance lives.
  */
 struct uswap_mm;
 
@@ -158,6 +167,7 @@ struct uswap_mm_options {
 	unsigned fault_around_pages;   /* a first touch zero-fills up to this many untouched pages (16; 1 off) */
 	unsigned inactive_percent;     /* share of the limit kept inactive for second chances (12) */
 	uint64_t max_swap_pages;       /* the swap layer's descriptor capacity (its default) */
+	unsigned sigbus_mode;          /* 1: faults resolved by the faulting thread (see above) */
 };
 
 /*
@@ -195,6 +205,15 @@ int uswap_unmap(struct uswap_mm *m, void *addr, size_t len);
  * another userfaultfd has it; -ENOMEM.
  */
 int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_bytes);
+
+/*
+ * uswap_prefault() - bring every page of [addr, addr + len) that lies in a region of @m in, mapped
+ * writable (as a write by the program would), in the caller's thread: before a system call uses the
+ * buffer in SIGBUS mode, or to swap a range in ahead of use in any mode. The pages stay until
+ * reclaim takes them again like any other. Return: 0; -EAGAIN some pages could not be brought in
+ * (a read-only part of a region); -EINVAL bad range; -ECHILD called in a fork child.
+ */
+int uswap_prefault(struct uswap_mm *m, void *addr, size_t len);
 
 /* uswap_unregister() - bring every page of the range back in and let it be plain memory. Return: 0; -EINVAL. */
 int uswap_unregister(struct uswap_mm *m, void *addr, size_t len);

@@ -5,6 +5,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -20,9 +22,9 @@
 /* A stack that takes every page: random pages go to the file. */
 #define TIERS "same,zpool:lz4:max=64M,file:size=256M"
 
-static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
+static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
 {
-	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio};
+	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus};
 	struct uswap_mm *m = NULL;
 	int ret = uswap_mm_create(&m, &o);
 
@@ -34,12 +36,19 @@ static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
 	return m;
 }
 
+static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
+{
+	return mm_new_mode(limit, tiers, folio, 0);
+}
+
 /* Page @i at version @v: mixed kinds (zero, same-filled, text, random) by seed. */
 static uint32_t put_page(unsigned char *p, size_t i, uint64_t v)
 {
 	fill_page(p, PK_MIXED, seed_for(i * 1000003 + v));
 	return csum_buf(p, PS);
 }
+
+static const unsigned char zero_page[PS];
 
 static size_t verify_pages(const unsigned char *base, size_t n, const uint32_t *sums)
 {
@@ -271,5 +280,175 @@ static void test_mm_sequential_readahead(void)
 	}
 }
 
+/*
+ * SIGBUS mode: the faulting threads resolve their own faults. The same random reads and writes of
+ * 4 threads over 4x the limit, and a folio sweep; then madvise(MADV_DONTNEED) of swapped pages
+ * (they read zero after), and writes that make clean pages dirty.
+ */
+static void test_mm_sigbus_threads(void)
+{
+	static const size_t folios[] = {4096, 65536, 2 * MiB};
+	struct uswap_mm *m = mm_new_mode(8 * MiB, TIERS, 0, 1);
+	struct uswap_mm_stats st;
+	const size_t n = 4096;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p;
+
+	if (!m)
+		return;
+	run_mt(m, 8192, 4, 0);
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.untracked_faults, 0);
+	/* Reads keep swap copies (clean pages, write-protected); writes then fault on the protection. */
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	for (size_t i = 0; i < n; i += 3)
+		sums[i] = put_page(p + i * PS, i, 1);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	/* Pages dropped by the program read zero afterwards, whether they were in or swapped. */
+	CHECK_EQ(madvise(p, n / 2 * PS, MADV_DONTNEED), 0);
+	for (size_t i = 0; i < n / 2; i++)
+		sums[i] = csum_buf(zero_page, PS);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.wp_faults > 0);
+	CHECK_EQ(st.load_failures, 0);
+	uswap_mm_destroy(m);
+	free(sums);
+	for (size_t k = 0; k < sizeof(folios) / sizeof(folios[0]); k++) {
+		m = mm_new_mode(8 * MiB, TIERS, folios[k], 1);
+		if (!m)
+			return;
+		run_mt(m, 8192, 2, folios[k]);
+		uswap_mm_destroy(m);
+	}
+}
+
+/*
+ * SIGBUS mode and the kernel's own accesses: read(2) into a page that is not in memory fails with
+ * EFAULT (the kernel cannot wait for it) and loses nothing; after uswap_prefault() the same read
+ * works, and write(2) from prefaulted swapped pages sends their exact bytes.
+ */
+static void test_mm_sigbus_syscalls(void)
+{
+	const size_t n = 1024; /* 4 MiB under 1 MiB */
+	struct uswap_mm *m = mm_new_mode(1 * MiB, TIERS, 0, 1);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p, buf[PS];
+	int fd[2];
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	CHECK(uswap_mm_shrink(m, 0) > 0);
+	CHECK_EQ(pipe(fd), 0);
+	CHECK_EQ(write(fd[1], "0123456789", 10), 10);
+	errno = 0;
+	CHECK_EQ(read(fd[0], p + 5 * PS, 10), -1);
+	CHECK_EQ(errno, EFAULT);
+	CHECK_EQ(uswap_prefault(m, p + 5 * PS, 10), 0);
+	CHECK_EQ(read(fd[0], p + 5 * PS, 10), 10);
+	CHECK_MEM(p + 5 * PS, "0123456789", 10);
+	memcpy(buf, p + 5 * PS, PS);
+	put_page(buf, 5, 0);
+	CHECK_MEM(p + 5 * PS + 10, buf + 10, PS - 10);
+	sums[5] = csum_buf(p + 5 * PS, PS);
+	/* Pages 100..103 from swap to a pipe, whole. */
+	CHECK(uswap_mm_shrink(m, 0) > 0);
+	CHECK_EQ(uswap_prefault(m, p + 100 * PS, 4 * PS), 0);
+	for (size_t i = 100; i < 104; i++) {
+		CHECK_EQ(write(fd[1], p + i * PS, PS), (ssize_t)PS);
+		CHECK_EQ(read(fd[0], buf, PS), (ssize_t)PS);
+		CHECK_EQ(csum_buf(buf, PS), sums[i]);
+	}
+	/* A range with parts outside every region is fine. */
+	CHECK_EQ(uswap_prefault(m, p + (n - 2) * PS, 64 * PS), 0);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	close(fd[0]);
+	close(fd[1]);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
+ * SIGBUS mode leaves the program's own SIGBUS alone: in a child with its own handler, an access past
+ * the end of a file mapping reaches that handler while the region's faults are served; in a child
+ * without one, it kills the child with SIGBUS as it would without uswap.
+ */
+static sigjmp_buf bus_jmp;
+static volatile sig_atomic_t bus_seen;
+
+static void on_bus(int sig)
+{
+	(void)sig;
+	bus_seen = 1;
+	siglongjmp(bus_jmp, 1);
+}
+
+static int bus_child(bool own_handler)
+{
+	const size_t n = 1024;
+	char path[] = "/tmp/uswap-bus-XXXXXX";
+	int fd = mkstemp(path);
+	volatile unsigned char *f;
+	unsigned char *p;
+	struct uswap_mm *m;
+	struct uswap_mm_options o = {.limit_bytes = 1 * MiB, .tiers = TIERS, .sigbus_mode = 1};
+	int bad = 0;
+
+	if (fd < 0)
+		return 10;
+	unlink(path);
+	f = mmap(NULL, PS, PROT_READ, MAP_SHARED, fd, 0); /* the file is empty: touching it is SIGBUS */
+	if (f == MAP_FAILED)
+		return 11;
+	if (own_handler)
+		signal(SIGBUS, on_bus);
+	if (uswap_mm_create(&m, &o) || uswap_map(m, n * PS, 0, (void **)&p))
+		return 12;
+	for (size_t i = 0; i < n; i++)
+		p[i * PS + 7] = (unsigned char)i;
+	if (sigsetjmp(bus_jmp, 1) == 0) {
+		bad += f[0] == 1; /* never returns normally */
+		return 20;
+	}
+	for (size_t i = 0; i < n; i++)
+		bad += p[i * PS + 7] != (unsigned char)i;
+	return bad ? 13 : bus_seen ? 0 : 14;
+}
+
+static void test_mm_sigbus_foreign(void)
+{
+	int st;
+	pid_t pid = fork();
+
+	if (!pid)
+		_exit(bus_child(true));
+	CHECK(waitpid(pid, &st, 0) == pid);
+	if (!WIFEXITED(st))
+		fprintf(stderr, "[%s] child: signal %d\n", check_test, WTERMSIG(st));
+	CHECK(WIFEXITED(st));
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 12)
+		check_skip("userfaultfd SIGBUS mode not available");
+	CHECK_EQ(WEXITSTATUS(st), 0);
+	pid = fork();
+	if (!pid)
+		_exit(bus_child(false));
+	CHECK(waitpid(pid, &st, 0) == pid);
+	/* The access was not swallowed (a sanitizer's handler, the one before ours, reports and exits)... */
+	CHECK(!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 20));
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+	/* ...and without one, the default action killed the child. */
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
+#endif
+}
+
 CHECK_MAIN(T(test_mm_basic), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
-	   T(test_mm_sequential_readahead))
+	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
+	   T(test_mm_sigbus_foreign))

@@ -33,7 +33,7 @@
 struct mm_opts {
 	uint64_t size, limit, touches;
 	const char *tiers;
-	bool json;
+	bool json, sigbus;
 };
 
 static double tsc_per_us;
@@ -57,6 +57,7 @@ static int parse(int argc, char **argv, struct mm_opts *o)
 	o->touches = 1000000;
 	o->tiers = BENCH_TIERS;
 	o->json = false;
+	o->sigbus = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -79,6 +80,11 @@ static int parse(int argc, char **argv, struct mm_opts *o)
 			if (*end || o->touches < 1000)
 				return cli_usage_error(
 					"bench mm: --touches \"%s\" is not a count of 1000 or more", v);
+			i++;
+		} else if (!strcmp(a, "--fault-mode") && v) {
+			if (strcmp(v, "handler") && strcmp(v, "sigbus"))
+				return cli_usage_error("bench mm: --fault-mode is handler or sigbus, not \"%s\"", v);
+			o->sigbus = !strcmp(v, "sigbus");
 			i++;
 		} else if (!strcmp(a, "--tiers") && v) {
 			o->tiers = v;
@@ -406,6 +412,7 @@ int bench_mm(int argc, char **argv)
 	npages = o.size / PS;
 	mo.limit_bytes = o.limit;
 	mo.tiers = o.tiers;
+	mo.sigbus_mode = o.sigbus;
 	ret = uswap_mm_create(&m, &mo);
 	if (ret) {
 		fprintf(stderr, "uswap: bench mm: %s\n", uswap_errmsg());
@@ -446,9 +453,9 @@ int bench_mm(int argc, char **argv)
 	first_mm_us = ret ? 0 : first_touch_mm_us(m2, 64ul << 20);
 	uswap_mm_destroy(m2);
 
-	printf("{\"size_bytes\":%llu,\"limit_bytes\":%llu,\"tiers\":\"%s\",\"touches_per_pattern\":%llu,"
-	       "\"fill_s\":%.2f,\"patterns\":{",
-	       (unsigned long long)o.size, (unsigned long long)o.limit, o.tiers,
+	printf("{\"size_bytes\":%llu,\"limit_bytes\":%llu,\"tiers\":\"%s\",\"fault_mode\":\"%s\","
+	       "\"touches_per_pattern\":%llu,\"fill_s\":%.2f,\"patterns\":{",
+	       (unsigned long long)o.size, (unsigned long long)o.limit, o.tiers, o.sigbus ? "sigbus" : "handler",
 	       (unsigned long long)o.touches, fill_s);
 	for (unsigned k = 0; k < 3; k++) {
 		struct pattern_result *r = &res[k];

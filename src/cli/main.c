@@ -22,6 +22,7 @@ static const char usage[] =
 	"  bench file [--json] [--size SIZE]\n"
 	"                        the swap-file tier against plain io_uring reads of the same file\n"
 	"  bench mm [--json] [--size SIZE] [--limit SIZE] [--touches N] [--tiers SPEC]\n"
+	"           [--fault-mode handler|sigbus]\n"
 	"                        memory under a resident limit against plain memory and an exact LRU\n"
 	"  help                  this text\n";
 

@@ -230,6 +230,7 @@ static void fork_child(void)
 			close(m->maps_fd);
 		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
 	}
+	fault_sigbus_child();
 	pthread_mutex_unlock(&mm_list_lock);
 }
 
@@ -283,6 +284,12 @@ static void mm_free(struct uswap_mm *m)
 			mm_unmap_mem(m->handlers[i].stage, MM_FOLIO_MAX);
 		mm_unmap_mem(m->handlers, m->nr_handlers * sizeof(*m->handlers));
 	}
+	if (m->stages) {
+		for (unsigned i = 0; i < m->nr_stages; i++)
+			mm_unmap_mem(m->stages[i], MM_FOLIO_MAX);
+		mm_unmap_mem(m->stages, m->nr_stages * sizeof(*m->stages));
+	}
+	mm_unmap_mem((void *)m->stage_busy, m->nr_stages * sizeof(*m->stage_busy));
 	mm_unmap_mem(m->zero, MM_FOLIO_MAX);
 	mm_unmap_mem(m->fork_stage, MM_FOLIO_MAX);
 	if (m->tbl)
@@ -343,8 +350,10 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	pthread_cond_init(&m->kick, NULL);
 	set_limit_pages(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
 
+	m->sigbus = o && o->sigbus_mode;
 	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMOVE |
-				UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP,
+				UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP |
+				(m->sigbus ? UFFD_FEATURE_SIGBUS : 0),
 			&m->uffd);
 	if (ret)
 		goto out_free;
@@ -354,7 +363,8 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 		goto out_free;
 	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	ret = -ENOMEM;
-	m->nr_handlers = o && o->nr_threads ? o->nr_threads : (unsigned)(ncpu > 0 ? ncpu : 1);
+	/* In SIGBUS mode the handlers only apply events: one is enough. */
+	m->nr_handlers = o && o->nr_threads ? o->nr_threads : m->sigbus ? 1 : (unsigned)(ncpu > 0 ? ncpu : 1);
 	m->handlers = mm_map_mem(m->nr_handlers * sizeof(*m->handlers));
 	m->zero =
 		(void *)syscall(SYS_mmap, NULL, MM_FOLIO_MAX, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -366,6 +376,15 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	}
 	for (unsigned i = 0; i < m->nr_handlers; i++)
 		if (!(m->handlers[i].stage = mm_map_mem(MM_FOLIO_MAX)))
+			goto out_free;
+	/* Faulting threads (SIGBUS mode) and prefaults beyond this many wait for a buffer (address space, touched as used). */
+	m->nr_stages = m->sigbus ? 2 * (unsigned)(ncpu > 0 ? ncpu : 1) + 2 : 2;
+	m->stages = mm_map_mem(m->nr_stages * sizeof(*m->stages));
+	m->stage_busy = mm_map_mem(m->nr_stages * sizeof(*m->stage_busy));
+	if (!m->stages || !m->stage_busy)
+		goto out_free;
+	for (unsigned i = 0; i < m->nr_stages; i++)
+		if (!(m->stages[i] = mm_map_mem(MM_FOLIO_MAX)))
 			goto out_free;
 	ret = region_table_init(m);
 	if (ret)
@@ -381,6 +400,15 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	if (ret) {
 		err_set(ret, "cannot start the threads of the instance");
 		goto out_stop;
+	}
+	if (m->sigbus) {
+		ret = fault_sigbus_add(m);
+		if (ret) {
+			err_set(ret, ret == -EOPNOTSUPP ? "SIGBUS mode needs the page-fault error code of x86-64"
+							: "too many instances in SIGBUS mode (at most %d)",
+				MM_SIGBUS_MAX);
+			goto out_stop;
+		}
 	}
 	pthread_once(&atfork_once, atfork_init);
 	pthread_mutex_lock(&mm_list_lock);
@@ -434,6 +462,8 @@ void uswap_mm_destroy(struct uswap_mm *m)
 	pthread_mutex_unlock(&mm_list_lock);
 	if (in_child(m))
 		return; /* its threads and fds belong to the parent; the child's memory is plain already */
+	if (m->sigbus)
+		fault_sigbus_del(m);
 	eventfd_write(m->stop_fd, 1);
 	fault_stop(m);
 	reclaim_stop(m);
@@ -456,6 +486,21 @@ void uswap_mm_destroy(struct uswap_mm *m)
 }
 
 /* ---- regions ---- */
+
+int uswap_prefault(struct uswap_mm *m, void *addr, size_t len)
+{
+	uintptr_t start = (uintptr_t)addr & ~(MM_PAGE - 1), end = (uintptr_t)addr + len;
+
+	err_clear();
+	if (in_child(m))
+		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
+	if (end < start || end > UINTPTR_MAX - MM_PAGE)
+		return err_set(-EINVAL, "bad range");
+	if (!len)
+		return 0;
+	end = (end + MM_PAGE - 1) & ~(MM_PAGE - 1);
+	return fault_prefault(m, start, end);
+}
 
 int uswap_map(struct uswap_mm *m, size_t len, size_t folio_bytes, void **out)
 {
@@ -684,6 +729,6 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->swapin_ns_p50 = hist_percentile(&m->swapin_hist, 0.5);
 	st->swapin_ns_p99 = hist_percentile(&m->swapin_hist, 0.99);
 	st->meta_bytes = atomic_load(&m->meta_bytes);
-	st->buffer_bytes = (uint64_t)(m->nr_handlers + 2) * MM_FOLIO_MAX;
+	st->buffer_bytes = (uint64_t)(m->nr_handlers + m->nr_stages + 2) * MM_FOLIO_MAX;
 	return 0;
 }

@@ -187,6 +187,16 @@ struct uswap_mm {
 
 	struct mm_handler *handlers;
 	unsigned nr_handlers;
+	/*
+	 * SIGBUS mode (uswap_mm_options.sigbus_mode): uffd reports no faults, the faulting thread gets
+	 * SIGBUS and resolves its own fault in fault.c's signal handler, with a staging buffer taken
+	 * from this pool (nr_stages of MM_FOLIO_MAX, mm memory; busy[i] set while one is in use), as
+	 * does uswap_prefault() in either mode.
+	 */
+	bool sigbus;
+	unsigned nr_stages;
+	unsigned char **stages;
+	_Atomic bool *stage_busy;
 	unsigned char *zero;       /* MM_FOLIO_MAX of zeros, read-only */
 	unsigned char *fork_stage; /* staging for the fork path */
 
@@ -212,8 +222,11 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 /* Context: tbl_lock for writing. The kernel moved [from, from + len) to @to (mremap). */
 int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len);
-/* Context: tbl_lock for writing. A fault at @addr in no region: adopt the registered vma around it. */
-int region_adopt(struct uswap_mm *m, uintptr_t addr);
+/*
+ * Context: tbl_lock for writing. A fault at @addr in no region: adopt the registered vma around it;
+ * @grown_only: only a vma that holds a region whole (one that grew in place), else -ENOENT.
+ */
+int region_adopt(struct uswap_mm *m, uintptr_t addr, bool grown_only);
 /* A range of addresses [start, end). */
 struct mm_range {
 	uintptr_t start, end;
@@ -242,6 +255,19 @@ void fault_stop(struct uswap_mm *m);
  * mm_settle() makes the statistics reflect it.
  */
 void mm_settle(struct uswap_mm *m);
+/*
+ * SIGBUS mode: the process-wide SIGBUS handler serves faults on the regions of the instances
+ * registered here (at most MM_SIGBUS_MAX); other SIGBUS signals go to the handler the program had
+ * before (or the default action). fault_sigbus_add(): -EOPNOTSUPP (no fault flags on this
+ * architecture), -EMFILE (too many instances), or 0. fault_sigbus_del(): before the instance goes.
+ * fault_sigbus_child(): in a fork child, forget them all (the child's memory is plain).
+ */
+#define MM_SIGBUS_MAX 16
+int fault_sigbus_add(struct uswap_mm *m);
+void fault_sigbus_del(struct uswap_mm *m);
+void fault_sigbus_child(void);
+/* uswap_prefault() of [start, end), page aligned. Context: no lock held. Return: 0 or -EAGAIN. */
+int fault_prefault(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 /*
  * Bring every page of folio @fi in (NONE pages zero-filled, SWAPPED loaded, SHADOW moved back).
  * @write: the access is a write (copies are dropped, pages mapped writable); otherwise copies are

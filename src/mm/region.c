@@ -623,7 +623,7 @@ size_t mm_dontfork_ranges(struct mm_range *out, size_t max)
 	return d.nr;
 }
 
-int region_adopt(struct uswap_mm *m, uintptr_t addr)
+int region_adopt(struct uswap_mm *m, uintptr_t addr, bool grown_only)
 {
 	uintptr_t vs, ve;
 	unsigned i;
@@ -635,6 +635,9 @@ int region_adopt(struct uswap_mm *m, uintptr_t addr)
 	if (ret)
 		return ret;
 	i = region_after(m, addr);
+	/* A vma that grew out of a region holds that region whole. */
+	if (grown_only && !(i > 0 && m->tbl[i - 1]->start >= vs) && !(i < m->nr_regions && m->tbl[i]->end <= ve))
+		return -ENOENT;
 	if (i > 0 && m->tbl[i - 1]->end > vs)
 		vs = m->tbl[i - 1]->end;
 	if (i < m->nr_regions && m->tbl[i]->start < ve)
