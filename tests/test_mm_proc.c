@@ -26,9 +26,13 @@
 #define T_ZPOOL 1
 #define T_FILE  2
 
+/* The tests run again with this set: faults resolved by the faulting threads (SIGBUS mode). */
+static unsigned sigbus_mode;
+
 static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
 {
-	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio};
+	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio,
+				     .sigbus_mode = sigbus_mode};
 	struct uswap_mm *m = NULL;
 	int ret = uswap_mm_create(&m, &o);
 
@@ -676,6 +680,16 @@ static void test_mm_mprotect(void)
 	free(sums);
 }
 
+/* munmap/madvise/mremap (a grown range adopted by a faulting thread), fork, mprotect, in SIGBUS mode. */
+static void test_mm_sigbus_proc(void)
+{
+	sigbus_mode = 1;
+	test_mm_munmap_madvise_mremap();
+	test_mm_fork();
+	test_mm_mprotect();
+	sigbus_mode = 0;
+}
+
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
 	   T(test_mm_tier_fails), T(test_mm_madvise_storm), T(test_mm_mprotect),
-	   T(test_mm_fork_dontfork))
+	   T(test_mm_fork_dontfork), T(test_mm_sigbus_proc))
