@@ -148,10 +148,11 @@ int uswap_stats(struct uswap *u, struct uswap_stats *st);
  * memory holding exactly the parent's data; the child must not use the parent's instance.
  *
  * SIGBUS mode (option sigbus_mode, x86-64): the faulting thread resolves its own fault in a SIGBUS
- * handler instead of sleeping while a handler thread does it: faults cost a fraction. But the kernel
- * can then no longer wait for a page on the program's behalf: a system call that reads or writes a
- * page of a region that is not in memory (read(2) into it, write(2) from it, a futex word in it)
- * fails with EFAULT. Call uswap_prefault() on such a buffer first (and retry on EFAULT: reclaim may
+ * handler instead of sleeping while a handler thread does it (no thread is woken: cheaper faults; the
+ * handler needs ~40 KiB of the thread's stack). But the kernel can then no longer wait for a page on
+ * the program's behalf: a system call that reads or writes a page of a region that is not in memory
+ * (read(2) into it, write(2) from it, a futex word in it) fails with EFAULT, and a thread that blocks
+ * SIGBUS is killed by such a fault. Call uswap_prefault() on such a buffer first (and retry on EFAULT: reclaim may
  * take it back meanwhile). The instance installs a process-wide SIGBUS handler; a SIGBUS that is
  * not one of its faults goes to the handler the program had installed before (or the default
  * action), so the program must not replace that handler while the instance lives.
