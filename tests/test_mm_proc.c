@@ -680,13 +680,18 @@ static void test_mm_mprotect(void)
 	free(sums);
 }
 
-/* munmap/madvise/mremap (a grown range adopted by a faulting thread), fork, mprotect, in SIGBUS mode. */
+/*
+ * munmap/madvise/mremap (a grown range adopted by a faulting thread), fork, mprotect, swapoff while
+ * threads run, tiers failing mid-run: again in SIGBUS mode.
+ */
 static void test_mm_sigbus_proc(void)
 {
 	sigbus_mode = 1;
 	test_mm_munmap_madvise_mremap();
 	test_mm_fork();
 	test_mm_mprotect();
+	test_mm_swapoff_running();
+	test_mm_tier_fails();
 	sigbus_mode = 0;
 }
 

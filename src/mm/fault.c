@@ -722,7 +722,10 @@ static void after_fault(struct uswap_mm *m)
 	reclaim_kick(m);
 	if (res > atomic_load(&m->limit) && !atomic_load(&m->forking)) {
 		atomic_fetch_add(&m->c.direct_reclaims, 1);
-		reclaim_run(m, atomic_load(&m->limit), true);
+		if (m->sigbus)
+			reclaim_direct(m);
+		else
+			reclaim_run(m, atomic_load(&m->limit), true);
 	}
 }
 

@@ -289,6 +289,8 @@ void reclaim_stop(struct uswap_mm *m);
 void reclaim_kick(struct uswap_mm *m);
 /* Reclaim until resident <= @target or no progress. Return: pages released. */
 size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
+/* Direct reclaim from a faulting thread (SIGBUS mode); see reclaim.c. */
+size_t reclaim_direct(struct uswap_mm *m);
 /*
  * Context: folio locked, tbl_lock read. Move the present pages of folio @fi to its shadow.
  * Return: pages moved, or -errno (-EBUSY: shared with a fork child or pinned; *busy and *busy_len

@@ -34,6 +34,7 @@
 #define LOCK_CHUNK      64 /* folios handled per hold of tbl_lock (BATCH: one release a hold) */
 #define PASS_PER_FOLIO  64 /* folios a hand may pass over (nothing to do there) per folio it may handle */
 #define MAX_COW         16
+#define DRY_ROUNDS      8  /* a background run ends after this many rounds evicted nothing */
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
 #define BATCH           64 /* shadow ranges released together, folios held until then */
 #define SPAN_PAGES      256 /* pages of program range demoted together */
@@ -472,19 +473,22 @@ static void cow_break(struct hand_result *res)
  * tier takes them) turns direct reclaim off for a while, so that faults do not pay for a scan that
  * cannot succeed; the resident size then stays above the limit until something can go.
  */
-size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
+static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, bool try)
 {
 	size_t freed = 0;
-	unsigned idle = 0;
+	unsigned idle = 0, dry = 0; /* rounds without progress of any kind, and without an eviction */
 
 	if (direct && now_ms() < atomic_load(&m->direct_stall_until_ms))
 		return 0;
-	while (atomic_load(&m->resident) > target && idle < 3 && !atomic_load(&m->forking)) {
+	while (atomic_load(&m->resident) > target && idle < 3 && dry < DRY_ROUNDS && !atomic_load(&m->forking)) {
 		uint64_t res = atomic_load(&m->resident), inact, want;
 		struct hand_result front = {0}, back = {0};
 
 		want = res - target < ROUND_PAGES ? res - target : ROUND_PAGES;
-		pthread_mutex_lock(&m->reclaim_lock);
+		if (!try)
+			pthread_mutex_lock(&m->reclaim_lock);
+		else if (pthread_mutex_trylock(&m->reclaim_lock))
+			break;
 		inact = atomic_load(&m->inactive);
 		if (inact < atomic_load(&m->inactive_target) + want) {
 			uint64_t fwant = atomic_load(&m->inactive_target) + want - inact;
@@ -500,13 +504,38 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
 			cow_break(&front);
 		freed += back.pages;
 		if (direct) {
-			if (!back.pages && !front.pages && !front.touched)
+			/* Demotions free nothing: a round that evicted nothing (no tier takes pages) stalls. */
+			if (!back.pages)
 				atomic_store(&m->direct_stall_until_ms, now_ms() + DIRECT_STALL_MS);
 			break;
 		}
+		/*
+		 * Demoting and clearing reference bits is progress only while it leads to evictions: with
+		 * no tier taking pages, the program pulls the demoted folios back and the front hand demotes
+		 * them again, for ever. Rounds that evict nothing end the run (the reclaimer backs off).
+		 */
 		idle = back.pages || front.pages || front.touched ? 0 : idle + 1;
+		dry = back.pages ? 0 : dry + 1;
 	}
 	return freed;
+}
+
+size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
+{
+	return reclaim_rounds(m, target, direct, false);
+}
+
+/*
+ * Direct reclaim by a faulting thread in SIGBUS mode, which waits for it itself (a handler thread's
+ * wait holds up only the next fault): while resident is within the slack above the limit and the
+ * hands are busy (the reclaimer is at work), the thread goes back to the program instead of queueing
+ * behind that round; further over, it waits as a handler would, which is what bounds the overshoot.
+ */
+size_t reclaim_direct(struct uswap_mm *m)
+{
+	uint64_t limit = atomic_load(&m->limit), slack = limit - atomic_load(&m->low);
+
+	return reclaim_rounds(m, limit, true, atomic_load(&m->resident) <= limit + slack);
 }
 
 /*
