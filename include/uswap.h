@@ -259,6 +259,7 @@ struct uswap_mm_stats {
 	uint64_t direct_reclaims;  /* fault handlers that found resident over the limit and reclaimed */
 	uint64_t events_remove, events_unmap, events_remap; /* madvise, munmap, mremap seen */
 	uint64_t untracked_faults; /* faults outside every region (served a zero page) */
+	uint64_t sigbus_faults;    /* faults the faulting thread resolved itself (SIGBUS mode) */
 	uint64_t swapin_ns_p50, swapin_ns_p99; /* fault handler time of faults that loaded */
 	uint64_t meta_bytes;       /* mm's own bookkeeping: page and folio state, region table */
 	uint64_t buffer_bytes;     /* staging buffers of the fault path (address space, touched lazily) */

@@ -1128,6 +1128,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 				stage = stage_get(m, &slot);
 				ret = fault_resolve(m, stage, addr, wp, write, pass == 1);
 				atomic_store_explicit(&m->stage_busy[slot], false, memory_order_release);
+				if (!ret)
+					atomic_fetch_add_explicit(&m->c.sigbus_faults, 1, memory_order_relaxed);
 			}
 	}
 	pthread_rwlock_unlock(&sig_lock);

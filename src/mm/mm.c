@@ -726,6 +726,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->events_unmap = atomic_load(&c->events_unmap);
 	st->events_remap = atomic_load(&c->events_remap);
 	st->untracked_faults = atomic_load(&c->untracked_faults);
+	st->sigbus_faults = atomic_load(&c->sigbus_faults);
 	st->swapin_ns_p50 = hist_percentile(&m->swapin_hist, 0.5);
 	st->swapin_ns_p99 = hist_percentile(&m->swapin_hist, 0.99);
 	st->meta_bytes = atomic_load(&m->meta_bytes);

@@ -140,7 +140,7 @@ struct mm_handler {
 struct mm_counters {
 	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults, evictions, evicted_pages,
 		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
-		events_unmap, events_remap, untracked_faults, busy_folios, retries;
+		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults;
 };
 
 struct uswap_mm {
