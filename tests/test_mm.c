@@ -398,7 +398,8 @@ static void on_bus(int sig)
 	siglongjmp(bus_jmp, 1);
 }
 
-static int bus_child(bool own_handler)
+/* @how: 0 the default action, 1 a handler of the program's own, 2 SIGBUS ignored and sent by kill(). */
+static int bus_child(int how)
 {
 	const size_t n = 1024;
 	char path[] = "/tmp/uswap-bus-XXXXXX";
@@ -415,12 +416,20 @@ static int bus_child(bool own_handler)
 	f = mmap(NULL, PS, PROT_READ, MAP_SHARED, fd, 0); /* the file is empty: touching it is SIGBUS */
 	if (f == MAP_FAILED)
 		return 11;
-	if (own_handler)
+	if (how == 1)
 		signal(SIGBUS, on_bus);
+	if (how == 2)
+		signal(SIGBUS, SIG_IGN);
 	if (uswap_mm_create(&m, &o) || uswap_map(m, n * PS, 0, (void **)&p))
 		return 12;
 	for (size_t i = 0; i < n; i++)
 		p[i * PS + 7] = (unsigned char)i;
+	if (how == 2) {
+		kill(getpid(), SIGBUS); /* ignored, as without uswap */
+		for (size_t i = 0; i < n; i++)
+			bad += p[i * PS + 7] != (unsigned char)i;
+		return bad ? 13 : 0;
+	}
 	if (sigsetjmp(bus_jmp, 1) == 0) {
 		bad += f[0] == 1; /* never returns normally */
 		return 20;
@@ -436,7 +445,7 @@ static void test_mm_sigbus_foreign(void)
 	pid_t pid = fork();
 
 	if (!pid)
-		_exit(bus_child(true));
+		_exit(bus_child(1));
 	CHECK(waitpid(pid, &st, 0) == pid);
 	if (!WIFEXITED(st))
 		fprintf(stderr, "[%s] child: signal %d\n", check_test, WTERMSIG(st));
@@ -446,7 +455,7 @@ static void test_mm_sigbus_foreign(void)
 	CHECK_EQ(WEXITSTATUS(st), 0);
 	pid = fork();
 	if (!pid)
-		_exit(bus_child(false));
+		_exit(bus_child(0));
 	CHECK(waitpid(pid, &st, 0) == pid);
 	/* The access was not swallowed (a sanitizer's handler, the one before ours, reports and exits)... */
 	CHECK(!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 20));
@@ -454,6 +463,11 @@ static void test_mm_sigbus_foreign(void)
 	/* ...and without one, the default action killed the child. */
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
 #endif
+	pid = fork();
+	if (!pid)
+		_exit(bus_child(2));
+	CHECK(waitpid(pid, &st, 0) == pid);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 CHECK_MAIN(T(test_mm_basic), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),

@@ -1097,8 +1097,10 @@ static void sig_chain(const struct sigaction *old, int sig, siginfo_t *si, void 
 	/*
 	 * The default action (a SIGBUS the kernel raises for a fault cannot be ignored): a faulting
 	 * access is retried on return and faults again, now to the default; one sent by kill() is sent
-	 * again, and delivered when this handler returns.
+	 * again, and delivered when this handler returns, unless the program ignored it.
 	 */
+	if (si->si_code <= 0 && old->sa_handler == SIG_IGN)
+		return;
 	signal(SIGBUS, SIG_DFL);
 	if (si->si_code <= 0)
 		raise(sig);
