@@ -148,9 +148,9 @@ int rserver_run(const char *const *argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static int start_once(struct rserver *s, const char *policy, const char *const *extra)
+static int start_once(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra)
 {
-	const char *argv[48] = {"/usr/bin/redis-server",
+	const char *argv[64], *args[48] = {"/usr/bin/redis-server",
 				"--port",
 				NULL,
 				"--bind",
@@ -170,15 +170,19 @@ static int start_once(struct rserver *s, const char *policy, const char *const *
 				"--daemonize",
 				"no"};
 	char port[16];
-	int argc = 19;
+	int argc = 0, nargs = 19;
 
 	s->port = pick_port();
 	if (s->port < 0)
 		return -1;
 	snprintf(port, sizeof(port), "%d", s->port);
-	argv[2] = port;
-	for (int i = 0; extra && extra[i] && argc < 47; i++)
-		argv[argc++] = extra[i];
+	args[2] = port;
+	for (int i = 0; extra && extra[i] && nargs < 47; i++)
+		args[nargs++] = extra[i];
+	for (int i = 0; wrap && wrap[i] && argc < 15; i++)
+		argv[argc++] = wrap[i];
+	for (int i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
 	argv[argc] = NULL;
 	s->pid = spawn(argv, true);
 	if (s->pid < 0)
@@ -205,6 +209,11 @@ static int start_once(struct rserver *s, const char *policy, const char *const *
 
 int rserver_start(struct rserver *s, const char *policy, const char *const *extra)
 {
+	return rserver_start_wrapped(s, NULL, policy, extra);
+}
+
+int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra)
+{
 	int slot = -1;
 
 	for (int i = 0; i < MAX_SERVERS && slot < 0; i++)
@@ -226,7 +235,7 @@ int rserver_start(struct rserver *s, const char *policy, const char *const *extr
 	}
 	live[slot] = s;
 	for (int attempt = 0; attempt < 5; attempt++) { /* another process may take the port first */
-		if (!start_once(s, policy, extra))
+		if (!start_once(s, wrap, policy, extra))
 			return 0;
 		if (s->pid > 0) {
 			kill(s->pid, SIGKILL);

@@ -24,6 +24,8 @@ bool rserver_available(void);
  * until it answers PING. Return: 0, or -1 (it did not come up).
  */
 int rserver_start(struct rserver *s, const char *policy, const char *const *extra);
+/* The same, with the server started by the NULL-terminated command @wrap (e.g. `uswap run ... --`). */
+int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra);
 /* SIGKILL it (no shutdown, no save), reap it, remove its dir. Idempotent. */
 void rserver_kill(struct rserver *s);
 /* A blocking connection with a 5 s timeout, or NULL. */

@@ -4,17 +4,20 @@
  * with --stats-json must show that pages really went through the swap layer. Also: a program that
  * forks and execs, a multithreaded one, awk started by a shell (its figures among the descendants),
  * a heap on a PROT_NONE reservation committed with mprotect() (python3 through ctypes, and node),
- * exit status and death by signal passed through, bad options.
+ * exit status and death by signal passed through, bad options, and redis-server forking for BGSAVE
+ * while most of its data is swapped.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "rserver.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED 1
@@ -438,6 +441,120 @@ static void static_binary_refused(void)
 	free(msg);
 }
 
+static redisReply *cmd_reply(redisContext *c, const char *fmt, ...)
+{
+	va_list ap;
+	redisReply *r;
+
+	va_start(ap, fmt);
+	r = c ? redisvCommand(c, fmt, ap) : NULL;
+	va_end(ap);
+	return r;
+}
+
+/* A reply's text (status, string or error), copied to @out; "" when there is none. */
+static void reply_text(redisReply *r, char *out, size_t len)
+{
+	snprintf(out, len, "%s", r && r->str ? r->str : "");
+	if (r)
+		freeReplyObject(r);
+}
+
+#define REDIS_KEYS 200000
+/*
+ * redis-server (its own threads, malloc from our heap) holding ~36 MB under a 16 MB limit forks for
+ * BGSAVE: the child writes every key while most of the parent's pages are swapped. The dump, loaded
+ * by a plain server, must hold exactly what the same DEBUG POPULATE gives a plain server (same
+ * DEBUG DIGEST); the parent must still serve its values after the fork.
+ */
+static void redis_bgsave(void)
+{
+	char stats[300], want[64], got[64], text[256];
+	const char *wrap[] = { uswap_bin, "run", "--limit", "16M", "--stats-json", stats, "--", NULL };
+	const char *debug[] = { "--enable-debug-command", "yes", NULL };
+	struct rserver u, p;
+	redisContext *c;
+	int st = -1;
+
+	if (!rserver_available()) {
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
+		CHECK(rserver_available());
+		return;
+	}
+	snprintf(stats, sizeof(stats), "%s/redis-stats.json", tmpdir);
+	unlink(stats);
+	CHECK_EQ(rserver_start_wrapped(&u, wrap, "noeviction", debug), 0);
+	c = rserver_connect(&u);
+	CHECK(c != NULL);
+	if (c)
+		redisSetTimeout(c, (struct timeval){ 120, 0 });
+	reply_text(cmd_reply(c, "DEBUG POPULATE %d key 100", REDIS_KEYS), text, sizeof(text));
+	CHECK(!strcmp(text, "OK"));
+	reply_text(cmd_reply(c, "BGSAVE"), text, sizeof(text));
+	CHECK(strstr(text, "started") != NULL);
+	for (int i = 0; i < 1200; i++) { /* up to 2 minutes */
+		redisReply *r = cmd_reply(c, "INFO persistence");
+		bool busy = !r || !r->str || strstr(r->str, "rdb_bgsave_in_progress:0") == NULL;
+		bool ok = r && r->str && strstr(r->str, "rdb_last_bgsave_status:ok") != NULL;
+
+		if (r)
+			freeReplyObject(r);
+		if (!busy) {
+			CHECK(ok);
+			break;
+		}
+		usleep(100000);
+	}
+	/* The parent after the fork: a sample of values, read back through the layer. */
+	for (int k = 0; k < REDIS_KEYS; k += REDIS_KEYS / 50 + 7) {
+		char v[32];
+		redisReply *r = cmd_reply(c, "GET key:%d", k);
+
+		snprintf(v, sizeof(v), "value:%d", k);
+		CHECK(r && r->type == REDIS_REPLY_STRING && r->len == 100 && !strcmp(r->str, v));
+		if (r)
+			freeReplyObject(r);
+	}
+	reply_text(cmd_reply(c, "SHUTDOWN NOSAVE"), text, sizeof(text)); /* no reply: the connection drops */
+	if (c)
+		redisFree(c);
+	if (u.pid > 0 && waitpid(u.pid, &st, 0) == u.pid)
+		u.pid = 0;
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+	size_t ls;
+	char *js = slurp(stats, &ls);
+	CHECK(json_num(js, "evicted_pages") > 4096);
+	CHECK(json_num(js, "swapins") > 0);
+	CHECK_EQ(json_num(js, "load_failures"), 0);
+	free(js);
+
+	/* A plain server loads the dump from the first one's dir. */
+	const char *load[] = { "--dir", u.dir, "--enable-debug-command", "yes", NULL };
+
+	CHECK_EQ(rserver_start(&p, "noeviction", load), 0);
+	c = rserver_connect(&p);
+	CHECK(c != NULL);
+	if (c)
+		redisSetTimeout(c, (struct timeval){ 120, 0 });
+	redisReply *n = cmd_reply(c, "DBSIZE");
+	CHECK(n && n->type == REDIS_REPLY_INTEGER && n->integer == REDIS_KEYS);
+	if (n)
+		freeReplyObject(n);
+	reply_text(cmd_reply(c, "DEBUG DIGEST"), got, sizeof(got));
+	reply_text(cmd_reply(c, "FLUSHALL"), text, sizeof(text));
+	reply_text(cmd_reply(c, "DEBUG POPULATE %d key 100", REDIS_KEYS), text, sizeof(text));
+	reply_text(cmd_reply(c, "DEBUG DIGEST"), want, sizeof(want));
+	CHECK(strlen(want) == 40);
+	if (strcmp(got, want))
+		fprintf(stderr, "[%s] dump digest %s, want %s\n", check_test, got, want);
+	CHECK(!strcmp(got, want));
+	if (c)
+		redisFree(c);
+	rserver_kill(&p);
+	rserver_kill(&u);
+}
+
 static void setup(void) __attribute__((constructor));
 static void setup(void)
 {
@@ -458,7 +575,7 @@ static int cleanup_dir(void)
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(node_map),
+	T(node_map), T(redis_bgsave),
 };
 
 int main(int argc, char **argv)
