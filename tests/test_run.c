@@ -371,6 +371,66 @@ static void status_and_signals_pass_through(void)
 	CHECK_EQ(WTERMSIG(st), SIGTERM);
 }
 
+/* Whether process @pid is gone or a zombie. */
+static bool process_gone(pid_t pid)
+{
+	char path[64], buf[256];
+	FILE *f;
+	bool gone = true;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f) {
+		const char *p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+
+		gone = p && p[1] == ' ' && p[2] == 'Z';
+		fclose(f);
+	}
+	return gone;
+}
+
+/* SIGKILL cannot be passed on: a runner killed by it takes the program along. */
+static void killed_runner_kills_program(void)
+{
+	pid_t runner = fork(), prog = 0;
+
+	if (runner == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(fd, 1);
+		dup2(fd, 2);
+		execl(uswap_bin, uswap_bin, "run", "--limit", "16M", "--", "/bin/sleep", "60", (char *)NULL);
+		_exit(126);
+	}
+	for (int i = 0; i < 500 && prog <= 0; i++) { /* its child, once it is there */
+		char path[64];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)runner, (int)runner);
+		f = fopen(path, "r");
+		if (f) {
+			if (fscanf(f, "%d", &prog) != 1)
+				prog = 0;
+			fclose(f);
+		}
+		if (prog <= 0)
+			usleep(10000);
+	}
+	CHECK(prog > 0);
+	kill(runner, SIGKILL);
+	waitpid(runner, NULL, 0);
+	bool gone = false;
+
+	for (int i = 0; i < 500 && !gone; i++) {
+		gone = prog > 0 && process_gone(prog);
+		if (!gone)
+			usleep(10000);
+	}
+	CHECK(gone);
+	if (!gone && prog > 0)
+		kill(prog, SIGKILL);
+}
+
 /* Bad options: exit status 2 and a message naming the problem, before the program runs. */
 static void bad_options(void)
 {
@@ -573,7 +633,7 @@ static int cleanup_dir(void)
 }
 
 static const struct test tests[] = {
-	T(bad_options), T(status_and_signals_pass_through), T(static_binary_refused), T(python_dict),
+	T(bad_options), T(status_and_signals_pass_through), T(killed_runner_kills_program), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(node_map), T(redis_bgsave),
 };

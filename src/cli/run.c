@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -144,7 +145,8 @@ static const char *uffd_refused(void)
  * The program runs as our child so that its summary can be written whatever way it ends (exit(),
  * _exit() as shells do, a signal): we read its last published statistics, write them, remove the
  * live file, and end the way it ended: same exit status, or the same signal raised on ourselves.
- * Terminal signals reach the child through the process group; SIGTERM/SIGHUP sent to us are passed on.
+ * Terminal signals reach the child through the process group; SIGTERM/SIGHUP sent to us are passed on,
+ * and a SIGKILL of ours kills the program too (PR_SET_PDEATHSIG).
  */
 static pid_t g_child;
 
@@ -278,6 +280,8 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	char me[32];
 
 	snprintf(me, sizeof(me), "%d", (int)getpid());
+	pid_t runner = getpid();
+
 	sigaction(SIGINT, &ign, &old_int);
 	sigaction(SIGQUIT, &ign, &old_quit);
 	g_child = fork();
@@ -286,6 +290,13 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 		return 1;
 	}
 	if (g_child == 0) {
+		/*
+		 * A runner killed by a signal it cannot pass on (SIGKILL) takes the program with it, as
+		 * if the signal had reached the program: it never runs on with nobody to report for it.
+		 */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != runner)
+			_exit(128 + SIGKILL);
 		setenv("USWAP_RUN", me, 1); /* our pid: the processes' statistics files wait for us */
 		sigaction(SIGINT, &old_int, NULL);
 		sigaction(SIGQUIT, &old_quit, NULL);
