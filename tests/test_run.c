@@ -389,33 +389,53 @@ static bool process_gone(pid_t pid)
 	return gone;
 }
 
-/* SIGKILL cannot be passed on: a runner killed by it takes the program along. */
-static void killed_runner_kills_program(void)
+/* Start `uswap run --limit 16M -- /bin/sh -c SCRIPT`; *prog: the program's pid once it runs (0: none). */
+static pid_t start_runner(const char *script, pid_t *prog)
 {
-	pid_t runner = fork(), prog = 0;
+	pid_t runner = fork();
 
 	if (runner == 0) {
 		int fd = open("/dev/null", O_WRONLY);
 
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(uswap_bin, uswap_bin, "run", "--limit", "16M", "--", "/bin/sleep", "60", (char *)NULL);
+		execl(uswap_bin, uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", script, (char *)NULL);
 		_exit(126);
 	}
-	for (int i = 0; i < 500 && prog <= 0; i++) { /* its child, once it is there */
+	*prog = 0;
+	for (int i = 0; i < 500 && *prog <= 0; i++) {
 		char path[64];
 		FILE *f;
 
 		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)runner, (int)runner);
 		f = fopen(path, "r");
 		if (f) {
-			if (fscanf(f, "%d", &prog) != 1)
-				prog = 0;
+			if (fscanf(f, "%d", prog) != 1)
+				*prog = 0;
 			fclose(f);
 		}
-		if (prog <= 0)
+		if (*prog <= 0)
 			usleep(10000);
 	}
+	usleep(200000); /* the shell sets its trap */
+	return runner;
+}
+
+/*
+ * A SIGTERM sent to the runner reaches the program (here it exits 3 on it); SIGKILL cannot be passed
+ * on, and a runner killed by it takes the program along.
+ */
+static void signals_to_runner(void)
+{
+	pid_t prog, runner = start_runner("trap 'kill $!; exit 3' TERM; sleep 60 & wait", &prog);
+	int st = -1;
+
+	CHECK(prog > 0);
+	kill(runner, SIGTERM);
+	waitpid(runner, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+	runner = start_runner("exec sleep 60", &prog);
 	CHECK(prog > 0);
 	kill(runner, SIGKILL);
 	waitpid(runner, NULL, 0);
@@ -633,7 +653,7 @@ static int cleanup_dir(void)
 }
 
 static const struct test tests[] = {
-	T(bad_options), T(status_and_signals_pass_through), T(killed_runner_kills_program), T(static_binary_refused), T(python_dict),
+	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(node_map), T(redis_bgsave),
 };

@@ -282,11 +282,19 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	snprintf(me, sizeof(me), "%d", (int)getpid());
 	pid_t runner = getpid();
 
+	sigset_t pass, old_mask;
+
+	/* A SIGTERM/SIGHUP that comes before we can forward it waits (blocked) instead of killing us alone. */
+	sigemptyset(&pass);
+	sigaddset(&pass, SIGTERM);
+	sigaddset(&pass, SIGHUP);
+	sigprocmask(SIG_BLOCK, &pass, &old_mask);
 	sigaction(SIGINT, &ign, &old_int);
 	sigaction(SIGQUIT, &ign, &old_quit);
 	g_child = fork();
 	if (g_child < 0) {
 		fprintf(stderr, "uswap: run: fork: %s\n", strerror(errno));
+		sigprocmask(SIG_SETMASK, &old_mask, NULL);
 		return 1;
 	}
 	if (g_child == 0) {
@@ -300,12 +308,14 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 		setenv("USWAP_RUN", me, 1); /* our pid: the processes' statistics files wait for us */
 		sigaction(SIGINT, &old_int, NULL);
 		sigaction(SIGQUIT, &old_quit, NULL);
+		sigprocmask(SIG_SETMASK, &old_mask, NULL);
 		execv(prog, argv);
 		fprintf(stderr, "uswap: run: cannot execute %s: %s\n", prog, strerror(errno));
 		_exit(errno == ENOENT ? 127 : 126);
 	}
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	sigprocmask(SIG_SETMASK, &old_mask, NULL);
 	while (waitpid(g_child, &st, 0) < 0 && errno == EINTR)
 		;
 	summarize((int)g_child, stats, summary);
