@@ -101,6 +101,55 @@ static void test_mm_basic(void)
 	free(sums);
 }
 
+/*
+ * Fault-around only for sequential first touches: one page in 64 touched over a region leaves about
+ * that many pages resident (not a window of zeros each), while a buffer filled in address order gets
+ * its neighbours zero-filled with each fault (fewer faults than pages). Every page reads what was
+ * written, zeros elsewhere.
+ */
+static void test_mm_first_touch_sparse(void)
+{
+	const size_t n = 16384, gap = 64, seq = 1024; /* 64 MiB region; 4 MiB filled in order */
+	struct uswap_mm *m = mm_new(256 * MiB, TIERS, 0);
+	unsigned char *p, *q, *vec = calloc(n, 1);
+	size_t mapped = 0, j = 0;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i += gap)
+		p[i * PS + 5] = (unsigned char)(i / gap + 1);
+	/* mincore() sees the pages mapped in the program's range (the stats are counted after the wake). */
+	CHECK_EQ(mincore(p, n * PS, vec), 0);
+	for (size_t i = 0; i < n; i++)
+		mapped += vec[i] & 1;
+	if (mapped > 2 * (n / gap))
+		fprintf(stderr, "[%s] %zu pages mapped for %zu sparse touches\n", check_test, mapped, n / gap);
+	CHECK(mapped >= n / gap && mapped <= 2 * (n / gap));
+	for (size_t i = 0; i < n; i++)
+		CHECK_EQ(p[i * PS + 5], i % gap ? 0 : (unsigned char)(i / gap + 1));
+
+	/* The first page of an aligned 64 KiB window (the default fault-around), then the next. */
+	CHECK_EQ(uswap_map(m, seq * PS, 0, (void **)&q), 0);
+	while (((uintptr_t)(q + j * PS) & (16 * PS - 1)) != 0)
+		j++;
+	q[j * PS] = 1;
+	q[(j + 1) * PS] = 2;
+	CHECK_EQ(mincore(q + j * PS, 16 * PS, vec), 0);
+	mapped = 0;
+	for (size_t i = 0; i < 16; i++)
+		mapped += vec[i] & 1;
+	CHECK_EQ(mapped, 16); /* the second touch in order filled the window */
+	for (size_t i = 0; i < seq; i++)
+		q[i * PS] = (unsigned char)i;
+	for (size_t i = 0; i < seq; i++)
+		CHECK_EQ(q[i * PS], (unsigned char)i);
+	CHECK_EQ(uswap_unmap(m, q, seq * PS), 0);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(vec);
+}
+
 /* ---- several threads, random reads and writes, region 4x the limit ---- */
 
 struct mt {
@@ -470,6 +519,6 @@ static void test_mm_sigbus_foreign(void)
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-CHECK_MAIN(T(test_mm_basic), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
+CHECK_MAIN(T(test_mm_basic), T(test_mm_first_touch_sparse), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
 	   T(test_mm_sigbus_foreign))

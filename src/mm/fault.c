@@ -645,6 +645,34 @@ static void readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region
 		atomic_store(&m->ra_next, region_addr(r, end + dp));
 }
 
+/*
+ * Whether a first touch of the folio at [fa, fb) continues a stream of first touches: it lies within
+ * one fault-around window after where a recent one ended. Only then are its untouched neighbours
+ * zero-filled with it: sequential first touches (a buffer being filled, an allocator carving a fresh
+ * heap) still cost one fault per window, while a program that touches a page or two of many places
+ * (sparse buffers, one header page of each of many mappings, a hash table filled at random) gets its
+ * folio alone, as the kernel gives an anonymous fault one page, instead of holding a window of zeros
+ * per touch that reclaim must then evict. FT_STREAMS stream ends are remembered, so that threads
+ * filling their own buffers do not break each other's streams; the races between handlers on
+ * these entries cost at most a window filled or not filled.
+ */
+static bool ft_sequential(struct uswap_mm *m, uintptr_t fa, uintptr_t fb)
+{
+	uintptr_t win = (uintptr_t)m->fault_around << MM_PAGE_SHIFT, we = (fa & ~(win - 1)) + win;
+
+	for (unsigned k = 0; k < FT_STREAMS; k++) {
+		uintptr_t e = atomic_load_explicit(&m->ft_end[k], memory_order_relaxed);
+
+		if (e && fa >= e && fa - e < win) {
+			atomic_store_explicit(&m->ft_end[k], we > fb ? we : fb, memory_order_relaxed);
+			return true;
+		}
+	}
+	atomic_store_explicit(&m->ft_end[atomic_fetch_add_explicit(&m->ft_next, 1, memory_order_relaxed) % FT_STREAMS],
+			      fb, memory_order_relaxed);
+	return false;
+}
+
 static bool folio_untouched(struct mm_region *r, size_t fi)
 {
 	size_t first, end;
@@ -775,7 +803,9 @@ static int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t add
 		fault_present(m, r, region_page(r, addr));
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
+		region_folio_pages(r, fi, &first, &end);
 		if (m->fault_around > (1u << r->folio_shift) && folio_untouched(r, fi) &&
+		    ft_sequential(m, region_addr(r, first), region_addr(r, end)) &&
 		    atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high) &&
 		    !fault_around(m, r, fi))
 			ret = 0;
