@@ -278,12 +278,10 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	struct sigaction sa = { .sa_handler = forward }, ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
 	int st;
 	char me[32];
-
-	snprintf(me, sizeof(me), "%d", (int)getpid());
 	pid_t runner = getpid();
-
 	sigset_t pass, old_mask;
 
+	snprintf(me, sizeof(me), "%d", (int)runner);
 	/* A SIGTERM/SIGHUP that comes before we can forward it waits (blocked) instead of killing us alone. */
 	sigemptyset(&pass);
 	sigaddset(&pass, SIGTERM);

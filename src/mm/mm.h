@@ -176,10 +176,10 @@ struct uswap_mm {
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
 	_Atomic uintptr_t ra_next; /* where a sequential run of swap-ins would fault next */
+	_Atomic unsigned ra_pages; /* swap-in readahead window, pages (0: off) */
 #define FT_STREAMS 8
 	_Atomic uintptr_t ft_end[FT_STREAMS]; /* where recent first touches ended (see ft_sequential()) */
 	_Atomic unsigned ft_next;             /* the entry a new stream of first touches replaces */
-	_Atomic unsigned ra_pages; /* swap-in readahead window, pages (0: off) */
 	_Atomic int wp_score; /* > 0: clean pages pay off; < 0: their first write faults too often */
 #define WP_SCORE_MAX 256      /* |wp_score| stays within this */
 	_Atomic uint64_t wp_probe;
