@@ -664,7 +664,7 @@ static bool ft_sequential(struct uswap_mm *m, uintptr_t fa, uintptr_t fb)
 		uintptr_t e = atomic_load_explicit(&m->ft_end[k], memory_order_relaxed);
 
 		if (e && fa >= e && fa - e < win) {
-			atomic_store_explicit(&m->ft_end[k], we > fb ? we : fb, memory_order_relaxed);
+			atomic_store_explicit(&m->ft_end[k], we, memory_order_relaxed); /* fb <= we: a folio is smaller */
 			return true;
 		}
 	}
@@ -796,6 +796,7 @@ static int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t add
 		}
 	}
 	fi = region_folio(r, addr);
+	region_folio_pages(r, fi, &first, &end);
 	folio_lock(&r->folios[fi]);
 	if (wp) {
 		woken = !fault_wp(m, r, fi);
@@ -803,7 +804,6 @@ static int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t add
 		fault_present(m, r, region_page(r, addr));
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
-		region_folio_pages(r, fi, &first, &end);
 		if (m->fault_around > (1u << r->folio_shift) && folio_untouched(r, fi) &&
 		    ft_sequential(m, region_addr(r, first), region_addr(r, end)) &&
 		    atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high) &&
@@ -815,7 +815,6 @@ static int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t add
 		woken = !ret;
 	}
 	atomic_fetch_or(&r->folios[fi], FL_REF);
-	region_folio_pages(r, fi, &first, &end);
 	folio_unlock(&r->folios[fi]);
 	/*
 	 * Otherwise, whatever happened, wake: a thread whose page is still missing faults again and
