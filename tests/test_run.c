@@ -417,7 +417,6 @@ static pid_t start_runner(const char *script, pid_t *prog)
 		if (*prog <= 0)
 			usleep(10000);
 	}
-	usleep(200000); /* the shell sets its trap */
 	return runner;
 }
 
@@ -427,10 +426,19 @@ static pid_t start_runner(const char *script, pid_t *prog)
  */
 static void signals_to_runner(void)
 {
-	pid_t prog, runner = start_runner("trap 'kill $!; exit 3' TERM; sleep 60 & wait", &prog);
+	char ready[300], script[400];
 	int st = -1;
 
+	/* The shell says when its trap is set: a SIGTERM before that would kill it by default. */
+	snprintf(ready, sizeof(ready), "%s/trap-set", tmpdir);
+	unlink(ready);
+	snprintf(script, sizeof(script), "trap 'kill $!; exit 3' TERM; : > '%s'; sleep 60 & wait", ready);
+	pid_t prog, runner = start_runner(script, &prog);
+
 	CHECK(prog > 0);
+	for (int i = 0; i < 1000 && access(ready, F_OK); i++)
+		usleep(10000);
+	CHECK_EQ(access(ready, F_OK), 0);
 	kill(runner, SIGTERM);
 	waitpid(runner, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3);
@@ -572,19 +580,19 @@ static void redis_bgsave(void)
 	CHECK(!strcmp(text, "OK"));
 	reply_text(cmd_reply(c, "BGSAVE"), text, sizeof(text));
 	CHECK(strstr(text, "started") != NULL);
-	for (int i = 0; i < 1200; i++) { /* up to 2 minutes */
-		redisReply *r = cmd_reply(c, "INFO persistence");
-		bool busy = !r || !r->str || strstr(r->str, "rdb_bgsave_in_progress:0") == NULL;
-		bool ok = r && r->str && strstr(r->str, "rdb_last_bgsave_status:ok") != NULL;
+	bool done = false, saved = false;
 
+	for (int i = 0; i < 1200 && !done; i++) { /* up to 2 minutes */
+		redisReply *r = cmd_reply(c, "INFO persistence");
+
+		done = r && r->str && strstr(r->str, "rdb_bgsave_in_progress:0");
+		saved = done && strstr(r->str, "rdb_last_bgsave_status:ok");
 		if (r)
 			freeReplyObject(r);
-		if (!busy) {
-			CHECK(ok);
-			break;
-		}
-		usleep(100000);
+		if (!done)
+			usleep(100000);
 	}
+	CHECK(saved); /* finished, and well */
 	/* The parent after the fork: a sample of values, read back through the layer. */
 	for (int k = 0; k < REDIS_KEYS; k += REDIS_KEYS / 50 + 7) {
 		char v[32];
