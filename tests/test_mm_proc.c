@@ -84,10 +84,33 @@ static uint64_t swap_pages(struct uswap_mm *m)
  * the hands' lock (a write fault each, which drops a clean page's copy): the two counts are read
  * apart, so a leak is a difference that stays, not one reading.
  */
+/* Swapped and clean pages counted from the page words themselves (what the statistics keep as totals). */
+static void walk_pages(struct uswap_mm *m, uint64_t *swapped, uint64_t *clean)
+{
+	*swapped = *clean = 0;
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
+		struct mm_region *r = m->tbl[ri];
+
+		for (size_t fi = 0; fi < r->nr_folios; fi++) {
+			size_t first, end;
+
+			folio_lock(&r->folios[fi]);
+			region_folio_pages(r, fi, &first, &end);
+			for (size_t i = first; i < end; i++) {
+				*swapped += pg_kind(r->pages[i]) == PG_SWAPPED;
+				*clean += pg_kind(r->pages[i]) != PG_SWAPPED && (r->pages[i] & PG_CLEAN);
+			}
+			folio_unlock(&r->folios[fi]);
+		}
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
 static void check_accounting(struct uswap_mm *m)
 {
 	struct uswap_mm_stats st;
-	uint64_t layer = 0, regions = 0;
+	uint64_t layer = 0, regions = 0, swapped = 0, clean = 0;
 
 	mm_settle(m);
 	for (int tries = 0; tries < 40; tries++) {
@@ -95,12 +118,15 @@ static void check_accounting(struct uswap_mm *m)
 		uswap_mm_stats(m, &st);
 		regions = (st.swapped_bytes + st.clean_bytes) / PS;
 		layer = swap_pages(m);
+		walk_pages(m, &swapped, &clean);
 		pthread_mutex_unlock(&m->reclaim_lock);
-		if (layer == regions)
+		if (layer == regions && swapped * PS == st.swapped_bytes && clean * PS == st.clean_bytes)
 			break;
 		usleep(50 * 1000);
 	}
 	CHECK_EQ(layer, regions);
+	CHECK_EQ(swapped * PS, st.swapped_bytes);
+	CHECK_EQ(clean * PS, st.clean_bytes);
 	CHECK(st.resident_bytes <= st.region_bytes);
 }
 

@@ -457,7 +457,7 @@ int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r
 		atomic_fetch_add(&m->c.swapins, 1);
 	else if (soft)
 		atomic_fetch_add(&m->c.soft_faults, 1);
-	folio_summarize(r, fi);
+	folio_summarize(m, r, fi);
 	return ret;
 }
 
@@ -513,7 +513,7 @@ static int fault_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 			if (!ret)
 				ret = in_zero(m, r, a, b - a, true, &dp);
 			for (size_t g = run0; g < f; g++)
-				folio_summarize(r, g);
+				folio_summarize(m, r, g);
 		} else {
 			f++;
 		}
@@ -603,7 +603,7 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 		*nf = folios_within(r, f0, f1, first, dp, &covered); /* the copy may stop short */
 	}
 	for (f = f0; f < f1; f++) {
-		folio_summarize(r, f);
+		folio_summarize(m, r, f);
 		folio_unlock(&r->folios[f]);
 	}
 	return dp;
@@ -800,8 +800,10 @@ static int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t add
 	folio_lock(&r->folios[fi]);
 	if (wp) {
 		woken = !fault_wp(m, r, fi);
+		folio_summarize(m, r, fi);
 	} else if (pg_kind(r->pages[region_page(r, addr)]) == PG_PRESENT) {
 		fault_present(m, r, region_page(r, addr));
+		folio_summarize(m, r, fi);
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
 		if (m->fault_around > (1u << r->folio_shift) && folio_untouched(r, fi) &&
@@ -883,7 +885,7 @@ static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 				i += n;
 			}
 			pages_drop(m, r, first, fend);
-			folio_summarize(r, fi);
+			folio_summarize(m, r, fi);
 			folio_unlock(&r->folios[fi]);
 		}
 	}

@@ -672,43 +672,21 @@ struct uswap *uswap_mm_swap(struct uswap_mm *m)
 int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 {
 	struct mm_counters *c = &m->c;
-	uint64_t swapped = 0, clean = 0, bytes = 0;
+	uint64_t bytes = 0;
 
 	memset(st, 0, sizeof(*st));
+	/* Every 500 ms under `uswap run`: no walk of the pages (see folio_summarize()). */
 	pthread_rwlock_rdlock(&m->tbl_lock);
-	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
-		struct mm_region *r = m->tbl[ri];
-
-		bytes += r->end - r->start;
-		/*
-		 * Page words change under their folio lock: a walk of the table, not a hot path. Folios
-		 * never touched (most of a large reservation) are skipped without their lock.
-		 */
-		for (size_t fi = 0; fi < r->nr_folios; fi++) {
-			size_t first, end;
-
-			if (!(atomic_load_explicit(&r->folios[fi], memory_order_relaxed) &
-			      (FL_PRESENT | FL_SHADOW | FL_SWAPPED)))
-				continue;
-			folio_lock(&r->folios[fi]);
-			region_folio_pages(r, fi, &first, &end);
-			for (size_t i = first; i < end; i++) {
-				uint64_t w = r->pages[i];
-
-				swapped += pg_kind(w) == PG_SWAPPED;
-				clean += pg_kind(w) != PG_SWAPPED && (w & PG_CLEAN);
-			}
-			folio_unlock(&r->folios[fi]);
-		}
-	}
+	for (unsigned ri = 0; ri < m->nr_regions; ri++)
+		bytes += m->tbl[ri]->end - m->tbl[ri]->start;
 	st->regions = m->nr_regions;
 	pthread_rwlock_unlock(&m->tbl_lock);
 	st->region_bytes = bytes;
 	st->limit_bytes = atomic_load(&m->limit) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit) * MM_PAGE;
 	st->resident_bytes = atomic_load(&m->resident) * MM_PAGE;
 	st->inactive_bytes = atomic_load(&m->inactive) * MM_PAGE;
-	st->swapped_bytes = swapped * MM_PAGE;
-	st->clean_bytes = clean * MM_PAGE;
+	st->swapped_bytes = atomic_load(&m->swapped) * MM_PAGE;
+	st->clean_bytes = atomic_load(&m->clean) * MM_PAGE;
 	st->zero_fills = atomic_load(&c->zero_fills);
 	st->swapins = atomic_load(&c->swapins);
 	st->swapin_pages = atomic_load(&c->swapin_pages);

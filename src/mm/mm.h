@@ -78,6 +78,15 @@ static inline bool pg_copy_follows(uint64_t a, uint64_t b)
 #define FL_SHADOW  16u /* some page SHADOW */
 #define FL_PINNED  32u /* the last demotion failed (shared with a fork child, mlocked...): skip a round */
 #define FL_SWAPPED 64u /* some page SWAPPED */
+/*
+ * The folio's SWAPPED pages and its clean PRESENT/SHADOW pages, as folio_summarize() last counted
+ * them: changed only with the page words (folio lock, or tbl_lock held for writing), so that the
+ * instance's totals follow by differences and the statistics never walk the pages.
+ */
+#define FL_NSWAP_SHIFT  7
+#define FL_NCLEAN_SHIFT 17
+#define FL_NMASK        0x3ffu
+#define FL_COUNTS       (FL_NMASK << FL_NSWAP_SHIFT | FL_NMASK << FL_NCLEAN_SHIFT)
 
 struct mm_region {
 	uintptr_t start, end; /* page aligned */
@@ -161,6 +170,7 @@ struct uswap_mm {
 	/* Limits, in pages. */
 	_Atomic uint64_t limit, high, low, inactive_target;
 	_Atomic uint64_t resident, inactive;
+	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
 	unsigned folio_shift;  /* default of regions */
 	unsigned fault_around; /* pages zero-filled around a first touch */
 
@@ -242,8 +252,12 @@ size_t mm_dontfork_ranges(struct mm_range *out, size_t max);
 void folio_lock(_Atomic uint32_t *f);
 bool folio_trylock(_Atomic uint32_t *f);
 void folio_unlock(_Atomic uint32_t *f);
-/* Recompute FL_PRESENT / FL_SHADOW from the pages. Context: folio locked. */
-void folio_summarize(struct mm_region *r, size_t fi);
+/*
+ * Recompute the folio word's FL_PRESENT / FL_SHADOW / FL_SWAPPED and counts from the pages, and the
+ * instance's swapped and clean totals with them. Every change of page words ends with it.
+ * Context: folio locked (or tbl_lock held for writing).
+ */
+void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi);
 /* Release the swap copies of pages [first, end) that have one (runs). */
 void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
 /* Drop pages [first, end) of the region to NONE, whatever they are; accounting follows. */

@@ -142,7 +142,7 @@ ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi,
 
 	region_folio_pages(r, fi, &first, &end);
 	got = demote_pages(m, r, first, end, busy, busy_len);
-	folio_summarize(r, fi);
+	folio_summarize(m, r, fi);
 	return got;
 }
 
@@ -259,7 +259,7 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 		freed += n;
 		i += n;
 	}
-	folio_summarize(r, fi);
+	folio_summarize(m, r, fi);
 	if (freed)
 		atomic_fetch_add(&m->c.evictions, 1);
 	return ret && !freed ? ret : (ssize_t)freed;
@@ -371,7 +371,7 @@ static size_t front_demote(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 	if (got > 0)
 		res->pages += (size_t)got;
 	for (size_t g = fi; g < f1; g++) {
-		folio_summarize(r, g);
+		folio_summarize(m, r, g);
 		folio_unlock(&r->folios[g]);
 	}
 	return f1 - 1;

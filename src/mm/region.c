@@ -93,10 +93,20 @@ void folio_unlock(_Atomic uint32_t *f)
 		futex_wake_all(f);
 }
 
-void folio_summarize(struct mm_region *r, size_t fi)
+static uint32_t fl_swapped(uint32_t f)
+{
+	return f >> FL_NSWAP_SHIFT & FL_NMASK;
+}
+
+static uint32_t fl_clean(uint32_t f)
+{
+	return f >> FL_NCLEAN_SHIFT & FL_NMASK;
+}
+
+void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi)
 {
 	size_t first, end;
-	uint32_t set = 0;
+	uint32_t set = 0, swapped = 0, clean = 0, old;
 
 	region_folio_pages(r, fi, &first, &end);
 	for (size_t i = first; i < end; i++) {
@@ -107,10 +117,20 @@ void folio_summarize(struct mm_region *r, size_t fi)
 		else if (k == PG_SHADOW)
 			set |= FL_SHADOW;
 		else if (k == PG_SWAPPED)
-			set |= FL_SWAPPED;
+			swapped++;
+		clean += k != PG_SWAPPED && (r->pages[i] & PG_CLEAN);
 	}
-	atomic_fetch_and(&r->folios[fi], ~(FL_PRESENT | FL_SHADOW | FL_SWAPPED) | set);
+	if (swapped)
+		set |= FL_SWAPPED;
+	set |= swapped << FL_NSWAP_SHIFT | clean << FL_NCLEAN_SHIFT;
+	/* Others change only the lock and reference bits of the word meanwhile. */
+	old = atomic_fetch_and(&r->folios[fi], ~(FL_PRESENT | FL_SHADOW | FL_SWAPPED | FL_COUNTS) | set);
 	atomic_fetch_or(&r->folios[fi], set);
+	/* Unsigned sums: a difference below zero wraps and comes back with the other terms. */
+	if (swapped != fl_swapped(old))
+		atomic_fetch_add(&m->swapped, (uint64_t)swapped - fl_swapped(old));
+	if (clean != fl_clean(old))
+		atomic_fetch_add(&m->clean, (uint64_t)clean - fl_clean(old));
 }
 
 /* ---- releasing what pages hold ---- */
@@ -196,9 +216,20 @@ static size_t region_mem_bytes(size_t nr_pages, size_t nr_folios)
 			  nr_folios * sizeof(uint32_t));
 }
 
+/* The region's pages leave the instance's totals (its slices, if any, were counted when made). */
 static void region_free(struct uswap_mm *m, struct mm_region *r)
 {
 	size_t bytes = region_mem_bytes(r->nr_pages, r->nr_folios);
+	uint64_t swapped = 0, clean = 0;
+
+	for (size_t fi = 0; fi < r->nr_folios; fi++) {
+		uint32_t f = atomic_load_explicit(&r->folios[fi], memory_order_relaxed);
+
+		swapped += fl_swapped(f);
+		clean += fl_clean(f);
+	}
+	atomic_fetch_sub(&m->swapped, swapped);
+	atomic_fetch_sub(&m->clean, clean);
 
 	atomic_fetch_sub(&m->meta_bytes, bytes);
 	mm_unmap_mem(r, bytes);
@@ -311,7 +342,7 @@ static int register_range(int uffd, uintptr_t start, size_t len, __u64 mode, __u
 }
 
 /* Pages of [start, end) the kernel holds (present, or in its own swap): PRESENT for us. */
-static uint64_t scan_present(struct mm_region *r)
+static uint64_t scan_present(struct uswap_mm *m, struct mm_region *r)
 {
 	struct page_region vec[64];
 	uint64_t n = 0;
@@ -345,7 +376,7 @@ static uint64_t scan_present(struct mm_region *r)
 	}
 	close(fd);
 	for (size_t fi = 0; fi < r->nr_folios; fi++)
-		folio_summarize(r, fi);
+		folio_summarize(m, r, fi);
 	return n;
 }
 
@@ -389,7 +420,7 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 		goto out_shadow;
 	}
 	if (scan)
-		atomic_fetch_add(&m->resident, scan_present(r));
+		atomic_fetch_add(&m->resident, scan_present(m, r));
 	ret = table_insert(m, r);
 	if (ret) {
 		struct uffdio_range rg = {.start = start, .len = len};
@@ -433,7 +464,7 @@ static struct mm_region *region_slice(struct uswap_mm *m, struct mm_region *r, u
 			ref = atomic_load(&r->folios[region_folio(r, oa)]) & (FL_REF | FL_PINNED);
 		}
 		atomic_store(&n->folios[fi], ref);
-		folio_summarize(n, fi);
+		folio_summarize(m, n, fi);
 	}
 	return n;
 }
@@ -474,6 +505,9 @@ void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 
 		pages_drop(m, r, region_page(r, a), region_page(r, b));
 		if (region_cut(m, r, a, b)) {
+			/* No memory for the parts: @r stays, its pages inside [a, b) dropped. */
+			for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
+				folio_summarize(m, r, fi);
 			i++;
 			continue;
 		}
@@ -507,10 +541,16 @@ int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len)
 			moved[nr++] = n;
 		}
 		/* The data moved with the slice: cut without dropping anything. */
-		if (region_cut(m, r, a, b))
+		if (region_cut(m, r, a, b)) {
+			/* No memory for the parts: @r stays, and what it had in [a, b) is the slice's. */
+			if (n)
+				memset(r->pages + region_page(r, a), 0, (b - a) / MM_PAGE * sizeof(uint64_t));
+			for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
+				folio_summarize(m, r, fi);
 			i++;
-		else
+		} else {
 			i = region_after(m, b);
+		}
 	}
 	for (unsigned k = 0; k < nr; k++)
 		table_insert(m, moved[k]);
