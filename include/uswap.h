@@ -139,6 +139,12 @@ struct uswap_stats {
 int uswap_stats(struct uswap *u, struct uswap_stats *st);
 
 /*
+ * uswap_mem_bytes() - memory of this process that the tiers hold pages in now (a compressed pool's
+ * touched pages); swap files and remote stores count nothing. Lock-free, cheap, any context.
+ */
+uint64_t uswap_mem_bytes(struct uswap *u);
+
+/*
  * Memory regions (mm): program memory registered with userfaultfd and kept under a resident limit.
  * Pages beyond the limit are evicted through a swap layer that the instance owns (built from @tiers)
  * and come back on the next touch, from any thread, also when the kernel touches them (read(2) into
@@ -169,6 +175,7 @@ struct uswap_mm_options {
 	unsigned inactive_percent;     /* share of the limit kept inactive for second chances (12) */
 	uint64_t max_swap_pages;       /* the swap layer's descriptor capacity (its default) */
 	unsigned sigbus_mode;          /* 1: faults resolved by the faulting thread (see above) */
+	unsigned pool_in_limit;        /* 1: limit_bytes bounds resident pages and uswap_mem_bytes() together */
 };
 
 /*

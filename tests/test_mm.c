@@ -150,6 +150,75 @@ static void test_mm_first_touch_sparse(void)
 	free(vec);
 }
 
+/* ---- pool_in_limit: resident pages and the compressed pool share one limit ---- */
+
+/*
+ * Resident + uswap_mem_bytes() within the budget once reclaim has caught up; then the resident limit
+ * (what the statistics report) is the budget less the pool's memory.
+ */
+static void settle_budget(struct uswap_mm *m, uint64_t budget, struct uswap_mm_stats *st, uint64_t *mem)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		uswap_mm_stats(m, st);
+		*mem = uswap_mem_bytes(uswap_mm_swap(m));
+		if (st->resident_bytes + *mem <= budget)
+			break;
+		usleep(10 * 1000);
+	}
+	if (st->resident_bytes + *mem > budget)
+		fprintf(stderr, "[%s] resident %llu + pool %llu over %llu\n", check_test,
+			(unsigned long long)st->resident_bytes, (unsigned long long)*mem, (unsigned long long)budget);
+	CHECK(st->resident_bytes + *mem <= budget);
+}
+
+static void test_mm_pool_in_limit(void)
+{
+	const uint64_t budget = 16 * MiB;
+	const size_t n = 12288; /* 48 MiB */
+	struct uswap_mm_options o = {.limit_bytes = budget, .tiers = "same,zpool:lz4:max=4M,file:size=256M",
+				     .pool_in_limit = 1};
+	struct uswap_mm_stats st;
+	struct uswap_mm *m = NULL;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p;
+	uint64_t mem = 0;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	if (ret)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	/* Same-filled pages take no pool memory: the resident pages get the whole budget. */
+	for (size_t i = 0; i < n; i++)
+		memset(p + i * PS, (int)(i % 251) + 1, PS);
+	settle_budget(m, budget, &st, &mem);
+	CHECK_EQ(mem, 0);
+	CHECK_EQ(st.limit_bytes, budget);
+	CHECK(st.swapped_bytes > 0);
+	for (size_t i = 0; i < n; i += 97)
+		CHECK_EQ(p[i * PS + 100], (unsigned char)(i % 251 + 1));
+	/* Text pages fill the pool: the resident limit gives way to it, page for page. */
+	for (size_t i = 0; i < n; i++) {
+		fill_page(p + i * PS, PK_TEXT, seed_for(i));
+		sums[i] = csum_buf(p + i * PS, PS);
+	}
+	settle_budget(m, budget, &st, &mem);
+	CHECK(mem > 0);
+	CHECK(mem <= 4 * MiB + PS);
+	CHECK_EQ(st.limit_bytes, budget - (mem + PS - 1) / PS * PS);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	/* A new limit is the new budget. */
+	CHECK_EQ(uswap_mm_set_limit(m, 24 * MiB), 0);
+	uswap_mm_stats(m, &st);
+	mem = uswap_mem_bytes(uswap_mm_swap(m));
+	CHECK(st.limit_bytes > 16 * MiB && st.limit_bytes + mem <= 24 * MiB + PS);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
 /* ---- several threads, random reads and writes, region 4x the limit ---- */
 
 struct mt {
@@ -519,6 +588,6 @@ static void test_mm_sigbus_foreign(void)
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-CHECK_MAIN(T(test_mm_basic), T(test_mm_first_touch_sparse), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
+CHECK_MAIN(T(test_mm_basic), T(test_mm_first_touch_sparse), T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
 	   T(test_mm_sigbus_foreign))

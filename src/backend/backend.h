@@ -74,6 +74,8 @@ struct uswap_backend_ops {
 	size_t (*sparse)(struct backend *b, uint32_t *owners, size_t max);
 	int (*relocate)(struct backend *b, uint32_t owner, uint64_t handle, uint64_t *new_handle);
 	void (*stats)(struct backend *b, struct uswap_tier_stats *st); /* fills pages..meta_bytes */
+	/* Optional: this process's memory that holds pages now (a pool's); lock-free, any context. */
+	uint64_t (*mem_bytes)(struct backend *b);
 	/*
 	 * BACKEND_PACKED, for movers (writeback, swapoff): peek() copies page @handle as stored (at most
 	 * PAGE_SIZE bytes) into @obj; Return: its length, *fmt its form, or -EIO. store_obj() takes such an

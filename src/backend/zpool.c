@@ -96,7 +96,7 @@ struct zpool {
 	struct zclass cls[ZP_NR_CLASSES];
 	uint64_t data_bytes; /* compressed bytes held (headers not counted) */
 	uint64_t obj_bytes;  /* bytes of live objects, rounding and headers included */
-	uint64_t committed;  /* bytes of pool memory touched and not given back */
+	_Atomic uint64_t committed; /* bytes of pool memory touched and not given back (read unlocked) */
 	uint64_t nr_objs;
 	struct codec codec;
 };
@@ -744,6 +744,13 @@ static void zpool_stats(struct backend *b, struct uswap_tier_stats *st)
 	pthread_mutex_unlock(&zp->lock);
 }
 
+static uint64_t zpool_mem_bytes(struct backend *b)
+{
+	struct zpool *zp = b->priv;
+
+	return atomic_load_explicit(&zp->committed, memory_order_relaxed);
+}
+
 static unsigned zpool_fmt(const struct zpool *zp)
 {
 	return zp->codec.kind == CODEC_LZ4 ? OBJ_LZ4 : OBJ_ZSTD;
@@ -817,6 +824,7 @@ const struct uswap_backend_ops zpool_backend_ops = {
 	.sparse = zpool_sparse,
 	.relocate = zpool_relocate,
 	.stats = zpool_stats,
+	.mem_bytes = zpool_mem_bytes,
 	.peek = zpool_peek,
 	.store_obj = zpool_store_obj,
 };

@@ -5,8 +5,9 @@
  * by a signal are passed on as ours.
  *
  * --limit is the memory budget of the program's anonymous pages: with the default tiers it covers the
- * resident pages and the compressed pool together (3/4 resident, 1/4 pool); with --tiers it is the
- * resident limit alone, and the pool's own max= applies.
+ * resident pages and the compressed pool together (the pool may take up to a quarter; the resident
+ * pages get whatever the pool does not use); with --tiers it is the resident limit alone, and the
+ * pool's own max= applies.
  */
 #include <dirent.h>
 #include <elf.h>
@@ -36,7 +37,8 @@ static const char run_usage[] =
 	"  --folio SIZE       unit of eviction and swap-in, 4K..2M, a power of two (default 4K)\n"
 	"  --stats            print a summary to stderr when the program exits\n"
 	"  --stats-json FILE  write the summary to FILE as JSON\n"
-	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_STATS_JSON.\n";
+	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_STATS_JSON,\n"
+	"USWAP_POOL_IN_LIMIT.\n";
 
 /* The preload library: next to this binary (build tree), else in ../lib of it (installed). */
 static int find_preload(char *out, size_t len)
@@ -379,11 +381,10 @@ int cmd_run(int argc, char **argv)
 	if (folio && (uswap_parse_size(folio, 0, &folio_bytes) || folio_bytes < 4096 || folio_bytes > (2u << 20) ||
 		      (folio_bytes & (folio_bytes - 1))))
 		return cli_usage_error("run: --folio \"%s\" is not a power of two from 4K to 2M", folio);
-	uint64_t resident = limit_bytes;
+	bool pool_in_limit = !tiers;
 	if (!tiers) {
 		uint64_t pool = limit_bytes / 4;
 
-		resident = limit_bytes - pool;
 		snprintf(tiers_buf, sizeof(tiers_buf), "same,zpool:lz4:max=%lluK,file",
 			 (unsigned long long)(pool >> 10));
 		tiers = tiers_buf;
@@ -415,9 +416,13 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	}
 
-	snprintf(num, sizeof(num), "%llu", (unsigned long long)resident);
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)limit_bytes);
 	setenv("USWAP_LIMIT", num, 1);
 	setenv("USWAP_TIERS", tiers, 1);
+	if (pool_in_limit)
+		setenv("USWAP_POOL_IN_LIMIT", "1", 1);
+	else
+		unsetenv("USWAP_POOL_IN_LIMIT");
 	if (folio)
 		setenv("USWAP_FOLIO", folio, 1);
 	const char *old = getenv("LD_PRELOAD");

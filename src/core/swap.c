@@ -421,6 +421,16 @@ int uswap_free(struct uswap *u, uswap_id_t id)
 	return uswap_free_pages(u, id, 0, (size_t)n);
 }
 
+uint64_t uswap_mem_bytes(struct uswap *u)
+{
+	uint64_t bytes = 0;
+
+	for (unsigned t = 0; t < u->nr_tiers; t++)
+		if (u->tier[t].ops->mem_bytes)
+			bytes += u->tier[t].ops->mem_bytes(&u->tier[t]);
+	return bytes;
+}
+
 int uswap_stats(struct uswap *u, struct uswap_stats *st)
 {
 	memset(st, 0, sizeof(*st));

@@ -245,6 +245,7 @@ static void set_limit_pages(struct uswap_mm *m, uint64_t limit, unsigned inactiv
 {
 	uint64_t slack;
 
+	atomic_store(&m->inactive_pct, inactive_pct);
 	if (!limit)
 		limit = UINT64_MAX / 4;
 	slack = limit / 32 > 64 ? limit / 32 : 64;
@@ -254,6 +255,20 @@ static void set_limit_pages(struct uswap_mm *m, uint64_t limit, unsigned inactiv
 	atomic_store(&m->high, limit - slack / 2);
 	atomic_store(&m->low, limit - slack);
 	atomic_store(&m->inactive_target, limit / 100 * inactive_pct);
+}
+
+bool mm_budget_apply(struct uswap_mm *m)
+{
+	uint64_t budget = atomic_load(&m->budget), pool, limit;
+
+	if (!budget || !m->swap)
+		return false;
+	pool = (uswap_mem_bytes(m->swap) + MM_PAGE - 1) / MM_PAGE;
+	limit = budget - (pool < budget / 2 ? pool : budget / 2);
+	if (limit == atomic_load(&m->limit))
+		return false;
+	set_limit_pages(m, limit, atomic_load(&m->inactive_pct));
+	return true;
 }
 
 static int folio_shift_of(size_t bytes, unsigned dflt, unsigned *shift)
@@ -349,6 +364,8 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);
 	set_limit_pages(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
+	if (o && o->pool_in_limit && o->limit_bytes)
+		atomic_store(&m->budget, mm_pages(o->limit_bytes));
 
 	m->sigbus = o && o->sigbus_mode;
 	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMOVE |
@@ -640,10 +657,11 @@ int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)
 
 int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
-	uint64_t t = atomic_load(&m->inactive_target), l = atomic_load(&m->limit);
-	unsigned pct = l ? (unsigned)(t * 100 / l) : DEFAULT_INACTIVE_PCT;
-
-	set_limit_pages(m, mm_pages(limit_bytes), pct ? pct : DEFAULT_INACTIVE_PCT);
+	set_limit_pages(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
+	if (atomic_load(&m->budget)) {
+		atomic_store(&m->budget, limit_bytes ? mm_pages(limit_bytes) : 0);
+		mm_budget_apply(m);
+	}
 	if (atomic_load(&m->resident) > atomic_load(&m->high))
 		reclaim_kick(m);
 	return 0;
@@ -675,6 +693,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	uint64_t bytes = 0;
 
 	memset(st, 0, sizeof(*st));
+	mm_budget_apply(m);
 	/* Every 500 ms under `uswap run`: no walk of the pages (see folio_summarize()). */
 	pthread_rwlock_rdlock(&m->tbl_lock);
 	for (unsigned ri = 0; ri < m->nr_regions; ri++)

@@ -171,6 +171,8 @@ struct uswap_mm {
 	_Atomic uint64_t limit, high, low, inactive_target;
 	_Atomic uint64_t resident, inactive;
 	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
+	_Atomic uint64_t budget; /* pages; pool_in_limit: resident + the layer's memory (0: off) */
+	_Atomic unsigned inactive_pct;
 	unsigned folio_shift;  /* default of regions */
 	unsigned fault_around; /* pages zero-filled around a first touch */
 
@@ -252,6 +254,11 @@ size_t mm_dontfork_ranges(struct mm_range *out, size_t max);
 void folio_lock(_Atomic uint32_t *f);
 bool folio_trylock(_Atomic uint32_t *f);
 void folio_unlock(_Atomic uint32_t *f);
+/*
+ * pool_in_limit: set the resident limit to what the swap layer's memory (the compressed pool) leaves
+ * of the budget, never less than half of it. Return: true if the limit changed.
+ */
+bool mm_budget_apply(struct uswap_mm *m);
 /*
  * Recompute the folio word's FL_PRESENT / FL_SHADOW / FL_SWAPPED and counts from the pages, and the
  * instance's swapped and clean totals with them. Every change of page words ends with it.

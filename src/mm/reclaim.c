@@ -477,12 +477,22 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 {
 	size_t freed = 0;
 	unsigned idle = 0, dry = 0; /* rounds without progress of any kind, and without an eviction */
+	uint64_t limit = atomic_load(&m->limit);
 
 	if (direct && now_ms() < atomic_load(&m->direct_stall_until_ms))
 		return 0;
-	while (atomic_load(&m->resident) > target && idle < 3 && dry < DRY_ROUNDS && !atomic_load(&m->forking)) {
-		uint64_t res = atomic_load(&m->resident), inact, want;
+	for (;;) {
+		uint64_t res, inact, want;
 		struct hand_result front = {0}, back = {0};
+
+		/* With the pool in the limit, the target moves with the pool: what it took, or gave back. */
+		if (mm_budget_apply(m)) {
+			target = target - limit + atomic_load(&m->limit);
+			limit = atomic_load(&m->limit);
+		}
+		res = atomic_load(&m->resident);
+		if (res <= target || idle >= 3 || dry >= DRY_ROUNDS || atomic_load(&m->forking))
+			break;
 
 		want = res - target < ROUND_PAGES ? res - target : ROUND_PAGES;
 		if (!try)

@@ -1,7 +1,7 @@
 /*
  * preload.c - LD_PRELOAD library of `uswap run`: puts a program's anonymous memory under one uswap_mm
  * instance configured from the environment (USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_HEAP,
- * USWAP_STATS_JSON, USWAP_MIN_MAP); without USWAP_LIMIT it does nothing.
+ * USWAP_STATS_JSON, USWAP_MIN_MAP, USWAP_POOL_IN_LIMIT); without USWAP_LIMIT it does nothing.
  *
  * What is managed:
  *  - the malloc family, glibc's main arena included: it is served by mimalloc from one big reservation
@@ -436,6 +436,8 @@ __attribute__((constructor(101))) static void preload_init(void)
 	g_pid = getpid();
 	if (uswap_parse_size(lim, 1, &o.limit_bytes) || !o.limit_bytes)
 		fail("USWAP_LIMIT", -EINVAL);
+	if ((s = getenv("USWAP_POOL_IN_LIMIT")) && *s)
+		o.pool_in_limit = atoi(s) != 0;
 	s = getenv("USWAP_TIERS");
 	snprintf(g_tiers, sizeof(g_tiers), "%s", s && *s ? s : DEFAULT_TIERS);
 	o.tiers = g_tiers;
