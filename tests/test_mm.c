@@ -209,7 +209,10 @@ static void test_mm_pool_in_limit(void)
 	CHECK(mem <= 4 * MiB + PS);
 	CHECK_EQ(st.limit_bytes, budget - (mem + PS - 1) / PS * PS);
 	CHECK_EQ(verify_pages(p, n, sums), 0);
-	/* A new limit is the new budget. */
+	/* No limit, then a new one: the new budget. */
+	CHECK_EQ(uswap_mm_set_limit(m, 0), 0);
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.limit_bytes, 0);
 	CHECK_EQ(uswap_mm_set_limit(m, 24 * MiB), 0);
 	uswap_mm_stats(m, &st);
 	mem = uswap_mem_bytes(uswap_mm_swap(m));

@@ -364,7 +364,8 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);
 	set_limit_pages(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
-	if (o && o->pool_in_limit && o->limit_bytes)
+	m->pool_in_limit = o && o->pool_in_limit;
+	if (m->pool_in_limit)
 		atomic_store(&m->budget, mm_pages(o->limit_bytes));
 
 	m->sigbus = o && o->sigbus_mode;
@@ -658,8 +659,8 @@ int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)
 int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
 	set_limit_pages(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
-	if (atomic_load(&m->budget)) {
-		atomic_store(&m->budget, limit_bytes ? mm_pages(limit_bytes) : 0);
+	if (m->pool_in_limit) {
+		atomic_store(&m->budget, mm_pages(limit_bytes));
 		mm_budget_apply(m);
 	}
 	if (atomic_load(&m->resident) > atomic_load(&m->high))

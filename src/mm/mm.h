@@ -171,7 +171,8 @@ struct uswap_mm {
 	_Atomic uint64_t limit, high, low, inactive_target;
 	_Atomic uint64_t resident, inactive;
 	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
-	_Atomic uint64_t budget; /* pages; pool_in_limit: resident + the layer's memory (0: off) */
+	_Atomic uint64_t budget; /* pages; pool_in_limit: resident + the layer's memory (0: no limit) */
+	bool pool_in_limit;
 	_Atomic unsigned inactive_pct;
 	unsigned folio_shift;  /* default of regions */
 	unsigned fault_around; /* pages zero-filled around a first touch */
