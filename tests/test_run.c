@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "rserver.h"
+#include "uswap.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED 1
@@ -142,6 +143,12 @@ static void same_output(const char *limit, char *const cmd[], bool expect_swappi
 		CHECK(json_num(js, "swapins") > 0);
 		CHECK_EQ(json_num(js, "load_failures"), 0);
 	}
+	/* Default tiers: the limit is a budget for resident pages and the pool, the pool up to a quarter. */
+	uint64_t budget = 0;
+	CHECK_EQ(uswap_parse_size(limit, 1, &budget), 0);
+	CHECK_EQ(json_num(js, "budget_bytes"), (long long)budget);
+	CHECK(json_num(js, "limit_bytes") <= (long long)budget);
+	CHECK(json_num(js, "limit_bytes") >= (long long)(budget - budget / 4 - 4096));
 	free(js);
 }
 

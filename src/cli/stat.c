@@ -46,9 +46,11 @@ void live_print_text(FILE *f, const struct live_stats *l)
 
 	fprintf(f, "pid %d (%.*s)%s  tiers %s\n", l->pid, (int)sizeof(l->comm), l->comm, l->exited ? " (exited)" : "",
 		l->tiers);
-	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n",
-	       mib(m->resident_bytes), mib(m->limit_bytes), mib(m->inactive_bytes), mib(m->swapped_bytes),
-	       (unsigned long long)m->regions, mib(m->region_bytes));
+	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (", mib(m->resident_bytes), mib(m->limit_bytes));
+	if (l->budget_bytes && m->limit_bytes)
+		fprintf(f, "%.1f MiB less the pool's %.1f; ", mib(l->budget_bytes), mib(l->budget_bytes - m->limit_bytes));
+	fprintf(f, "inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n", mib(m->inactive_bytes),
+		mib(m->swapped_bytes), (unsigned long long)m->regions, mib(m->region_bytes));
 	fprintf(f, "  swap-ins %llu (%llu pages, %llu read ahead), p50 %.1f us, p99 %.1f us; soft faults %llu; "
 	       "evictions %llu (%llu pages, %llu clean); store failures %llu, load failures %llu\n",
 	       (unsigned long long)m->swapins, (unsigned long long)m->swapin_pages,

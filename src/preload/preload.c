@@ -66,6 +66,7 @@ static int32_t g_run_pid;          /* USWAP_RUN: the `uswap run` that collects o
 static pthread_t g_live_thread;
 static char g_stats_json[4096];
 static char g_tiers[256];
+static uint64_t g_budget; /* USWAP_POOL_IN_LIMIT: the limit covers the pool too */
 
 typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -381,6 +382,7 @@ static void live_start(void)
 	prctl(PR_GET_NAME, g_live->comm);
 	g_live->started_ns = now_ns();
 	snprintf(g_live->tiers, sizeof(g_live->tiers), "%s", g_tiers);
+	g_live->budget_bytes = g_budget;
 	live_update();
 	if (pthread_create(&g_live_thread, NULL, live_main, NULL) == 0)
 		pthread_detach(g_live_thread);
@@ -399,6 +401,7 @@ static void write_stats_json(void)
 		return;
 	}
 	snprintf(l.tiers, sizeof(l.tiers), "%s", g_tiers);
+	l.budget_bytes = g_budget;
 	uswap_mm_stats(g_mm, &l.mm);
 	uswap_stats(uswap_mm_swap(g_mm), &l.swap);
 	live_print_json(f, &l, NULL, 0);
@@ -438,6 +441,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 		fail("USWAP_LIMIT", -EINVAL);
 	if ((s = getenv("USWAP_POOL_IN_LIMIT")) && *s)
 		o.pool_in_limit = atoi(s) != 0;
+	g_budget = o.pool_in_limit ? o.limit_bytes : 0;
 	s = getenv("USWAP_TIERS");
 	snprintf(g_tiers, sizeof(g_tiers), "%s", s && *s ? s : DEFAULT_TIERS);
 	o.tiers = g_tiers;

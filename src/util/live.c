@@ -32,6 +32,7 @@ static void print_one(FILE *f, const struct live_stats *l)
 	print_str(f, l->comm, sizeof(l->comm));
 	fprintf(f, ",\"exited\":%s,\"tiers\":", l->exited ? "true" : "false");
 	print_str(f, l->tiers, sizeof(l->tiers));
+	fprintf(f, ",\"budget_bytes\":%llu", (unsigned long long)l->budget_bytes);
 	fprintf(f, ",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
 	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
 	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"

@@ -11,7 +11,7 @@
 
 #include "uswap.h"
 
-#define LIVE_MAGIC 0x7573776170737432ull /* "uswapst2" */
+#define LIVE_MAGIC 0x7573776170737433ull /* "uswapst3" */
 #define LIVE_PERIOD_MS 500
 #define LIVE_PATH_FMT "/dev/shm/uswap.%d"
 
@@ -25,6 +25,7 @@ struct live_stats {
 	uint64_t updated_ns;    /* CLOCK_REALTIME */
 	uint64_t started_ns;
 	char tiers[256];
+	uint64_t budget_bytes; /* resident pages and pool within it (mm.limit_bytes: their share); 0: none */
 	struct uswap_mm_stats mm;
 	struct uswap_stats swap;
 };
