@@ -493,6 +493,13 @@ static int region_cut(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uint
 	return 0;
 }
 
+/* folio_summarize() the folios of @r that [a, b) touches. Context: tbl_lock held for writing. */
+static void range_summarize(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uintptr_t b)
+{
+	for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
+		folio_summarize(m, r, fi);
+}
+
 void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 {
 	unsigned i = region_after(m, start);
@@ -506,8 +513,7 @@ void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 		pages_drop(m, r, region_page(r, a), region_page(r, b));
 		if (region_cut(m, r, a, b)) {
 			/* No memory for the parts: @r stays, its pages inside [a, b) dropped. */
-			for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
-				folio_summarize(m, r, fi);
+			range_summarize(m, r, a, b);
 			i++;
 			continue;
 		}
@@ -545,8 +551,7 @@ int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len)
 			/* No memory for the parts: @r stays, and what it had in [a, b) is the slice's. */
 			if (n)
 				memset(r->pages + region_page(r, a), 0, (b - a) / MM_PAGE * sizeof(uint64_t));
-			for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
-				folio_summarize(m, r, fi);
+			range_summarize(m, r, a, b);
 			i++;
 		} else {
 			i = region_after(m, b);
