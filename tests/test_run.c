@@ -309,6 +309,48 @@ static void reserved_heap(void)
 }
 
 /*
+ * Freed malloc blocks leave memory, as glibc's unmapped large blocks do: the program sees its resident
+ * size fall by what it freed (the script prints "dropped" only then; plainly glibc unmaps the blocks).
+ * Then the blocks of a heap three times the limit, one of them grown by realloc (it moves, and the old
+ * block is dropped), all read back identical.
+ */
+static void freed_blocks_leave(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/freed.py", tmpdir);
+	write_file(script,
+		   "import ctypes, hashlib\n"
+		   "libc = ctypes.CDLL(None)\n"
+		   "libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
+		   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
+		   "libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
+		   "libc.free.argtypes = [ctypes.c_void_p]\n"
+		   "MB = 1 << 20\n"
+		   "def rss():\n"
+		   "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) // 1024\n"
+		   "def fill(p, n, tag):\n"
+		   "    ctypes.memmove(p, hashlib.sha256(b'%d' % tag).digest() * (n // 32), n)\n"
+		   "def digest(p, n):\n"
+		   "    return hashlib.sha256(ctypes.string_at(p, n)).hexdigest()\n"
+		   "blocks = [libc.malloc(8 * MB) for _ in range(8)]\n"
+		   "for i, p in enumerate(blocks):\n"
+		   "    fill(p, 8 * MB, i)\n"
+		   "before = rss()\n"
+		   "for p in blocks[2:]:\n"
+		   "    libc.free(p)\n"
+		   "print('dropped' if before - rss() >= 40 else 'kept %d of %d MiB' % (rss(), before))\n"
+		   "blocks = blocks[:2] + [libc.malloc(8 * MB) for _ in range(22)]\n"
+		   "for i, p in enumerate(blocks[2:]):\n"
+		   "    fill(p, 8 * MB, 100 + i)\n"
+		   "blocks[5] = libc.realloc(blocks[5], 12 * MB)\n"
+		   "fill(blocks[5] + 8 * MB, 4 * MB, 99)\n"
+		   "print(' '.join(digest(p, 12 * MB if i == 5 else 8 * MB)[:12] for i, p in enumerate(blocks)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("96M", cmd, true);
+}
+
+/*
  * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
  * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
  * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
@@ -670,7 +712,7 @@ static int cleanup_dir(void)
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(node_map), T(redis_bgsave),
+	T(freed_blocks_leave), T(node_map), T(redis_bgsave),
 };
 
 int main(int argc, char **argv)

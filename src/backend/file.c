@@ -123,6 +123,7 @@ struct file_tier {
 	uint32_t head[NR_LISTS], count[NR_LISTS];
 	uint64_t used_pages, used_sectors;
 	uint32_t clusters_in_use;
+	uint32_t fresh; /* clusters from here on were never used (their entries still zero) */
 	uint64_t split_stores, punched_clusters, punch_calls;
 	uint32_t pk_cur, pk_cursor; /* writeback cluster and next sector in it */
 	_Atomic uint32_t gen;       /* bumped after every write: readahead windows check it */
@@ -278,6 +279,15 @@ static uint32_t cl_take_free(struct file_tier *f, enum fc_kind kind, int *err)
 	uint32_t ci = f->head[L_BACKED] != NIL ? f->head[L_BACKED] : f->head[L_CLEAN];
 	struct fcluster *c;
 
+	if (ci == NIL && f->fresh < f->nr_clusters) {
+		uint64_t left = f->nr_slots - (uint64_t)f->fresh * FC_PAGES;
+
+		ci = f->fresh++;
+		c = &f->cl[ci];
+		c->cap = (uint16_t)(left < FC_PAGES ? left : FC_PAGES);
+		c->list = L_NONE;
+		list_add(f, ci, L_CLEAN); /* where it waits if its blocks cannot be reserved now */
+	}
 	if (ci == NIL)
 		return NIL;
 	c = &f->cl[ci];
@@ -675,14 +685,7 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 	}
 	for (unsigned l = 0; l < NR_LISTS; l++)
 		f->head[l] = NIL;
-	for (uint32_t ci = f->nr_clusters; ci-- > 0;) {
-		struct fcluster *c = &f->cl[ci];
-		uint64_t left = f->nr_slots - (uint64_t)ci * FC_PAGES;
-
-		c->cap = (uint16_t)(left < FC_PAGES ? left : FC_PAGES);
-		c->list = L_NONE;
-		list_add(f, ci, L_CLEAN); /* pushed last to first: lowest first */
-	}
+	f->fresh = 0; /* clusters are set up as they first come into use: a big file costs nothing first */
 	f->pk_cur = NIL;
 	if (encrypt) {
 		f->seal = ualloc(sizeof(*f->seal));
@@ -1308,7 +1311,7 @@ static void file_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->data_bytes = f->used_pages * PAGE_SIZE + f->used_sectors * SECTOR;
 	st->used_bytes = (uint64_t)f->clusters_in_use * FC_BYTES;
 	st->capacity_bytes = f->nr_slots * PAGE_SIZE;
-	st->meta_bytes = (uint64_t)f->nr_clusters * sizeof(struct fcluster) +
+	st->meta_bytes = (uint64_t)f->fresh * sizeof(struct fcluster) +
 			 (f->tags ? f->used_pages * sizeof(*f->tags) : 0);
 	pthread_mutex_unlock(&f->lock);
 }

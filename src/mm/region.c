@@ -365,18 +365,20 @@ static uint64_t scan_present(struct uswap_mm *m, struct mm_region *r)
 
 		if (nr < 0)
 			break;
-		for (long i = 0; i < nr; i++)
+		for (long i = 0; i < nr; i++) {
 			for (uintptr_t p = vec[i].start; p < vec[i].end; p += MM_PAGE) {
 				r->pages[region_page(r, p)] = PG_PRESENT;
 				n++;
 			}
+			/* only these folios changed: a scan of a big, mostly untouched range stays cheap */
+			for (size_t fi = region_folio(r, vec[i].start); fi <= region_folio(r, vec[i].end - 1); fi++)
+				folio_summarize(m, r, fi);
+		}
 		if (a.walk_end <= at)
 			break;
 		at = a.walk_end;
 	}
 	close(fd);
-	for (size_t fi = 0; fi < r->nr_folios; fi++)
-		folio_summarize(m, r, fi);
 	return n;
 }
 

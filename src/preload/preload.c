@@ -125,12 +125,142 @@ static inline bool use_heap(void)
 
 /* ---- the malloc family ---- */
 
+/*
+ * mimalloc keeps the memory of freed blocks in the arena and never gives it back (the arena is handed
+ * to it as committed memory), so freed memory would stay resident, count against the limit and be
+ * swapped out and in again as if it held data. So a freed block of DISCARD_MIN or more is dropped
+ * before mimalloc gets it back, as glibc unmaps its large blocks: its whole pages, but the one holding
+ * its first bytes (mimalloc links free blocks through them), read as zero afterwards; the instance
+ * hears of it as of any madvise() of the program. Not at once: dropping costs an event, and the next
+ * use of the memory a zero-fill fault per few pages, so a program that allocates and frees the same
+ * big buffer in a loop would pay that every time. Freed big blocks first wait in a small cache, where
+ * a malloc that fits takes one back as it is; a block that waits CACHE_AGE_MS, or that newer ones
+ * push out (CACHE_SLOTS blocks, g_cache_max bytes at most), is dropped and freed.
+ */
+#define DISCARD_MIN (128u << 10)
+#define PAGE_BYTES 4096u
+#define CACHE_SLOTS 32
+#define CACHE_AGE_MS 1000
+
+struct cached_block {
+	void *p;
+	size_t size;
+	uint64_t at_ms;
+};
+static struct cached_block g_cache[CACHE_SLOTS]; /* oldest first */
+static unsigned g_cache_n;
+static size_t g_cache_bytes, g_cache_max; /* g_cache_max: 0 until the heap is up */
+static pthread_mutex_t g_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t coarse_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void discard_block(void *p, size_t size)
+{
+	uintptr_t a = ((uintptr_t)p + 64 + PAGE_BYTES - 1) & ~(uintptr_t)(PAGE_BYTES - 1);
+	uintptr_t b = ((uintptr_t)p + size) & ~(uintptr_t)(PAGE_BYTES - 1);
+
+	if (b > a)
+		madvise((void *)a, b - a, MADV_DONTNEED);
+	mi_free(p);
+}
+
+/* Context: g_cache_lock held. Move the oldest @n blocks to @out. */
+static unsigned cache_pop_oldest(unsigned n, struct cached_block *out)
+{
+	for (unsigned i = 0; i < n; i++) {
+		out[i] = g_cache[i];
+		g_cache_bytes -= g_cache[i].size;
+	}
+	g_cache_n -= n;
+	memmove(g_cache, g_cache + n, g_cache_n * sizeof(g_cache[0]));
+	return n;
+}
+
+/* Drop the blocks that waited CACHE_AGE_MS (all with @all). */
+static void cache_age(bool all)
+{
+	struct cached_block old[CACHE_SLOTS];
+	uint64_t now = coarse_ms();
+	unsigned n = 0;
+
+	pthread_mutex_lock(&g_cache_lock);
+	while (n < g_cache_n && (all || now - g_cache[n].at_ms >= CACHE_AGE_MS))
+		n++;
+	n = cache_pop_oldest(n, old);
+	pthread_mutex_unlock(&g_cache_lock);
+	for (unsigned i = 0; i < n; i++)
+		discard_block(old[i].p, old[i].size);
+}
+
+static void cache_put(void *p, size_t size)
+{
+	struct cached_block out[CACHE_SLOTS];
+	uint64_t now = coarse_ms();
+	unsigned n = 0;
+
+	pthread_mutex_lock(&g_cache_lock);
+	if (size > g_cache_max) {
+		pthread_mutex_unlock(&g_cache_lock);
+		discard_block(p, size);
+		return;
+	}
+	for (size_t bytes = g_cache_bytes; n < g_cache_n && (g_cache_n - n == CACHE_SLOTS ||
+							       bytes + size > g_cache_max ||
+							       now - g_cache[n].at_ms >= CACHE_AGE_MS);)
+		bytes -= g_cache[n++].size;
+	n = cache_pop_oldest(n, out);
+	g_cache[g_cache_n++] = (struct cached_block){p, size, now};
+	g_cache_bytes += size;
+	pthread_mutex_unlock(&g_cache_lock);
+	for (unsigned i = 0; i < n; i++)
+		discard_block(out[i].p, out[i].size);
+}
+
+/* A cached block of @n bytes or more, but not twice as many (the newest that fits); NULL if none. */
+static void *cache_take(size_t n)
+{
+	void *p = NULL;
+
+	if (!g_cache_n) /* a racy peek: a miss only costs a fresh block */
+		return NULL;
+	pthread_mutex_lock(&g_cache_lock);
+	for (unsigned i = g_cache_n; i-- > 0;) {
+		if (g_cache[i].size >= n && g_cache[i].size / 2 <= n) {
+			p = g_cache[i].p;
+			g_cache_bytes -= g_cache[i].size;
+			g_cache_n--;
+			memmove(g_cache + i, g_cache + i + 1, (g_cache_n - i) * sizeof(g_cache[0]));
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_cache_lock);
+	return p;
+}
+
+static void cache_lock(void)
+{
+	pthread_mutex_lock(&g_cache_lock);
+}
+
+static void cache_unlock(void)
+{
+	pthread_mutex_unlock(&g_cache_lock);
+}
+
 void *malloc(size_t n)
 {
 	void *p;
 
 	if (!use_heap())
 		return __libc_malloc(n);
+	if (n >= DISCARD_MIN && (p = cache_take(n)))
+		return p;
 	p = mi_malloc(n);
 	if (!p && grow_arena(n))
 		p = mi_malloc(n);
@@ -143,6 +273,8 @@ void *calloc(size_t a, size_t b)
 
 	if (!use_heap())
 		return __libc_calloc(a, b);
+	if (b && a <= SIZE_MAX / b && a * b >= DISCARD_MIN && (p = cache_take(a * b)))
+		return memset(p, 0, a * b);
 	p = mi_calloc(a, b);
 	if (!p && b && a <= SIZE_MAX / b && grow_arena(a * b))
 		p = mi_calloc(a, b);
@@ -151,12 +283,19 @@ void *calloc(size_t a, size_t b)
 
 void free(void *p)
 {
+	size_t size;
+
 	if (!p)
 		return;
-	if (in_arena(p))
-		mi_free(p);
-	else
+	if (!in_arena(p)) {
 		__libc_free(p);
+		return;
+	}
+	size = mi_usable_size(p);
+	if (size >= DISCARD_MIN && !t_internal && g_cache_max)
+		cache_put(p, size);
+	else
+		mi_free(p);
 }
 
 static size_t libc_usable(void *p)
@@ -171,8 +310,19 @@ void *realloc(void *p, size_t n)
 	if (!p)
 		return malloc(n);
 	if (in_arena(p)) {
-		void *q = mi_realloc(p, n);
+		size_t have = mi_usable_size(p);
+		void *q;
 
+		/* a big block that moves: moved here, so that the old one is dropped as free() drops it */
+		if (have >= DISCARD_MIN && n && (n > have || n < have / 2) && !t_internal) {
+			q = malloc(n);
+			if (!q)
+				return NULL;
+			memcpy(q, p, have < n ? have : n);
+			free(p);
+			return q;
+		}
+		q = mi_realloc(p, n);
 		if (!q && n && grow_arena(n))
 			q = mi_realloc(p, n);
 		return q;
@@ -349,6 +499,7 @@ static void *live_main(void *arg)
 
 		if (getpid() != g_pid)
 			return NULL;
+		cache_age(false);
 		live_update();
 		nanosleep(&ts, NULL);
 	}
@@ -487,6 +638,11 @@ __attribute__((constructor(101))) static void preload_init(void)
 	if (!grow_arena(0))
 		fail("registering the heap", -ENOMEM);
 	pthread_atfork(NULL, NULL, fork_child);
+	pthread_atfork(cache_lock, cache_unlock, cache_unlock);
+	/* freed big blocks waiting to be dropped: a sixteenth of the limit, 4 to 32 MiB */
+	g_cache_max = o.limit_bytes / 16 < (4u << 20)	 ? 4u << 20
+		      : o.limit_bytes / 16 > (32u << 20) ? 32u << 20
+							 : (size_t)(o.limit_bytes / 16);
 	live_start();
 	atomic_store(&g_heap, true);
 	atomic_store(&g_managing, true);
