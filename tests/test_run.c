@@ -309,8 +309,9 @@ static void reserved_heap(void)
 }
 
 /*
- * Freed malloc blocks leave memory, as glibc's unmapped large blocks do: the program sees its resident
- * size fall by what it freed (the script prints "dropped" only then; plainly glibc unmaps the blocks).
+ * Freed malloc blocks leave memory, as glibc's unmapped large blocks do: within a few seconds the
+ * program sees its resident size fall by what it freed (the script prints "dropped" only then; plainly
+ * glibc unmaps the blocks at once).
  * Then the blocks of a heap three times the limit, one of them grown by realloc (it moves, and the old
  * block is dropped), all read back identical.
  */
@@ -320,7 +321,7 @@ static void freed_blocks_leave(void)
 
 	snprintf(script, sizeof(script), "%s/freed.py", tmpdir);
 	write_file(script,
-		   "import ctypes, hashlib\n"
+		   "import ctypes, hashlib, time\n"
 		   "libc = ctypes.CDLL(None)\n"
 		   "libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
 		   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
@@ -339,6 +340,7 @@ static void freed_blocks_leave(void)
 		   "before = rss()\n"
 		   "for p in blocks[2:]:\n"
 		   "    libc.free(p)\n"
+		   "time.sleep(3)\n"
 		   "print('dropped' if before - rss() >= 40 else 'kept %d of %d MiB' % (rss(), before))\n"
 		   "blocks = blocks[:2] + [libc.malloc(8 * MB) for _ in range(22)]\n"
 		   "for i, p in enumerate(blocks[2:]):\n"

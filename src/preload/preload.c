@@ -135,7 +135,7 @@ static inline bool use_heap(void)
  * use of the memory a zero-fill fault per few pages, so a program that allocates and frees the same
  * big buffer in a loop would pay that every time. Freed big blocks first wait in a small cache, where
  * a malloc that fits takes one back as it is; a block that waits CACHE_AGE_MS, or that newer ones
- * push out (CACHE_SLOTS blocks, g_cache_max bytes at most), is dropped and freed.
+ * push out (CACHE_SLOTS blocks, and the bytes cache_cap() allows), is dropped and freed.
  */
 #define DISCARD_MIN (128u << 10)
 #define PAGE_BYTES 4096u
@@ -198,20 +198,37 @@ static void cache_age(bool all)
 		discard_block(old[i].p, old[i].size);
 }
 
+/*
+ * Bytes the cache may hold: while the resident pages are under 3/4 of their limit (as the last
+ * statistics snapshot saw them), a quarter of the limit, since blocks waiting there push nothing out;
+ * nearer the limit, g_cache_max.
+ */
+static size_t cache_cap(void)
+{
+	const struct live_stats *l = __atomic_load_n(&g_live, __ATOMIC_ACQUIRE);
+	uint64_t limit = l ? __atomic_load_n(&l->mm.limit_bytes, __ATOMIC_RELAXED) : 0;
+
+	if (limit && __atomic_load_n(&l->mm.resident_bytes, __ATOMIC_RELAXED) < limit / 4 * 3 &&
+	    limit / 4 > g_cache_max)
+		return (size_t)(limit / 4);
+	return g_cache_max;
+}
+
 static void cache_put(void *p, size_t size)
 {
 	struct cached_block out[CACHE_SLOTS];
 	uint64_t now = coarse_ms();
+	size_t cap = cache_cap();
 	unsigned n = 0;
 
 	pthread_mutex_lock(&g_cache_lock);
-	if (size > g_cache_max) {
+	if (size > cap) {
 		pthread_mutex_unlock(&g_cache_lock);
 		discard_block(p, size);
 		return;
 	}
 	for (size_t bytes = g_cache_bytes; n < g_cache_n && (g_cache_n - n == CACHE_SLOTS ||
-							       bytes + size > g_cache_max ||
+							       bytes + size > cap ||
 							       now - g_cache[n].at_ms >= CACHE_AGE_MS);)
 		bytes -= g_cache[n++].size;
 	n = cache_pop_oldest(n, out);
