@@ -635,6 +635,11 @@ __attribute__((constructor(101))) static void preload_init(void)
 			snprintf(g_stats_json, sizeof(g_stats_json), "%s", s);
 	}
 
+	/*
+	 * Registered before the instance's own handlers, so that at fork this one runs last: the
+	 * instance's (which read /proc and may allocate) never meet the cache locked.
+	 */
+	pthread_atfork(cache_lock, cache_unlock, cache_unlock);
 	ret = uswap_mm_create(&g_mm, &o);
 	if (ret)
 		fail("starting the instance", ret);
@@ -655,7 +660,6 @@ __attribute__((constructor(101))) static void preload_init(void)
 	if (!grow_arena(0))
 		fail("registering the heap", -ENOMEM);
 	pthread_atfork(NULL, NULL, fork_child);
-	pthread_atfork(cache_lock, cache_unlock, cache_unlock);
 	/* freed big blocks waiting to be dropped: a sixteenth of the limit, 4 to 32 MiB */
 	g_cache_max = o.limit_bytes / 16 < (4u << 20)	 ? 4u << 20
 		      : o.limit_bytes / 16 > (32u << 20) ? 32u << 20
