@@ -353,6 +353,54 @@ static void freed_blocks_leave(void)
 }
 
 /*
+ * fork() while other threads free and allocate big blocks (the preload keeps freed big blocks in a
+ * cache with its own lock and fork handlers): 30 forks, each child allocates and frees big blocks
+ * itself and checks data the parent swapped; no hang, and the same output as plainly.
+ */
+static void fork_while_freeing(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/forkfree.py", tmpdir);
+	write_file(script,
+		   "import ctypes, hashlib, os, threading\n"
+		   "libc = ctypes.CDLL(None)\n"
+		   "libc.malloc.restype = ctypes.c_void_p\n"
+		   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
+		   "libc.free.argtypes = [ctypes.c_void_p]\n"
+		   "libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]\n"
+		   "keep = [hashlib.sha256(b'%d' % i).digest() * 32768 for i in range(32)]\n"
+		   "want = hashlib.sha256(b''.join(keep)).hexdigest()\n"
+		   "stop = False\n"
+		   "def churn(t):\n"
+		   "    i = 0\n"
+		   "    while not stop:\n"
+		   "        n = (128 << 10) + (i % 16) * 65536\n"
+		   "        p = libc.malloc(n)\n"
+		   "        libc.memset(p, i & 255, n)\n"
+		   "        assert ctypes.string_at(p + n - 1, 1)[0] == i & 255\n"
+		   "        libc.free(p)\n"
+		   "        i += 1\n"
+		   "th = [threading.Thread(target=churn, args=(t,)) for t in range(2)]\n"
+		   "[x.start() for x in th]\n"
+		   "bad = 0\n"
+		   "for k in range(30):\n"
+		   "    pid = os.fork()\n"
+		   "    if pid == 0:\n"
+		   "        for j in range(10):\n"
+		   "            p = libc.malloc(300000 + j * 4096)\n"
+		   "            libc.memset(p, j, 300000)\n"
+		   "            libc.free(p)\n"
+		   "        os._exit(0 if hashlib.sha256(b''.join(keep)).hexdigest() == want else 3)\n"
+		   "    bad += os.waitpid(pid, 0)[1] != 0\n"
+		   "stop = True\n"
+		   "[x.join() for x in th]\n"
+		   "print(bad, want == hashlib.sha256(b''.join(keep)).hexdigest())\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("24M", cmd, true);
+}
+
+/*
  * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
  * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
  * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
@@ -714,7 +762,7 @@ static int cleanup_dir(void)
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(freed_blocks_leave), T(node_map), T(redis_bgsave),
+	T(freed_blocks_leave), T(fork_while_freeing), T(node_map), T(redis_bgsave),
 };
 
 int main(int argc, char **argv)
