@@ -182,15 +182,15 @@ static unsigned cache_pop_oldest(unsigned n, struct cached_block *out)
 	return n;
 }
 
-/* Drop the blocks that waited CACHE_AGE_MS (all with @all). */
-static void cache_age(bool all)
+/* Drop the blocks that waited CACHE_AGE_MS. */
+static void cache_age(void)
 {
 	struct cached_block old[CACHE_SLOTS];
 	uint64_t now = coarse_ms();
 	unsigned n = 0;
 
 	pthread_mutex_lock(&g_cache_lock);
-	while (n < g_cache_n && (all || now - g_cache[n].at_ms >= CACHE_AGE_MS))
+	while (n < g_cache_n && now - g_cache[n].at_ms >= CACHE_AGE_MS)
 		n++;
 	n = cache_pop_oldest(n, old);
 	pthread_mutex_unlock(&g_cache_lock);
@@ -221,12 +221,11 @@ static void cache_put(void *p, size_t size)
 	size_t cap = cache_cap();
 	unsigned n = 0;
 
-	pthread_mutex_lock(&g_cache_lock);
 	if (size > cap) {
-		pthread_mutex_unlock(&g_cache_lock);
 		discard_block(p, size);
 		return;
 	}
+	pthread_mutex_lock(&g_cache_lock);
 	for (size_t bytes = g_cache_bytes; n < g_cache_n && (g_cache_n - n == CACHE_SLOTS ||
 							       bytes + size > cap ||
 							       now - g_cache[n].at_ms >= CACHE_AGE_MS);)
@@ -244,7 +243,7 @@ static void *cache_take(size_t n)
 {
 	void *p = NULL;
 
-	if (!g_cache_n) /* a racy peek: a miss only costs a fresh block */
+	if (!__atomic_load_n(&g_cache_n, __ATOMIC_RELAXED)) /* a peek: a miss only costs a fresh block */
 		return NULL;
 	pthread_mutex_lock(&g_cache_lock);
 	for (unsigned i = g_cache_n; i-- > 0;) {
@@ -516,7 +515,7 @@ static void *live_main(void *arg)
 
 		if (getpid() != g_pid)
 			return NULL;
-		cache_age(false);
+		cache_age();
 		live_update();
 		nanosleep(&ts, NULL);
 	}
