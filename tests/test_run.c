@@ -308,6 +308,16 @@ static void reserved_heap(void)
 	check_evicted_over(8192);
 }
 
+/* Python's view of the C malloc family (which the preload library serves), for the scripts below. */
+#define PY_MALLOC                                                                                        \
+	"import ctypes, hashlib\n"                                                                      \
+	"libc = ctypes.CDLL(None)\n"                                                                    \
+	"libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p\n"                               \
+	"libc.malloc.argtypes = [ctypes.c_size_t]\n"                                                    \
+	"libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"                                 \
+	"libc.free.argtypes = [ctypes.c_void_p]\n"                                                      \
+	"libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]\n"
+
 /*
  * Freed malloc blocks leave memory, as glibc's unmapped large blocks do: within a few seconds the
  * program sees its resident size fall by what it freed (the script prints "dropped" only then; plainly
@@ -321,12 +331,7 @@ static void freed_blocks_leave(void)
 
 	snprintf(script, sizeof(script), "%s/freed.py", tmpdir);
 	write_file(script,
-		   "import ctypes, hashlib, time\n"
-		   "libc = ctypes.CDLL(None)\n"
-		   "libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
-		   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
-		   "libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
-		   "libc.free.argtypes = [ctypes.c_void_p]\n"
+		   PY_MALLOC "import time\n"
 		   "MB = 1 << 20\n"
 		   "def rss():\n"
 		   "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) // 1024\n"
@@ -363,12 +368,7 @@ static void fork_while_freeing(void)
 
 	snprintf(script, sizeof(script), "%s/forkfree.py", tmpdir);
 	write_file(script,
-		   "import ctypes, hashlib, os, threading\n"
-		   "libc = ctypes.CDLL(None)\n"
-		   "libc.malloc.restype = ctypes.c_void_p\n"
-		   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
-		   "libc.free.argtypes = [ctypes.c_void_p]\n"
-		   "libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]\n"
+		   PY_MALLOC "import os, threading\n"
 		   "keep = [hashlib.sha256(b'%d' % i).digest() * 32768 for i in range(32)]\n"
 		   "want = hashlib.sha256(b''.join(keep)).hexdigest()\n"
 		   "stop = False\n"
