@@ -341,6 +341,16 @@ static int register_range(int uffd, uintptr_t start, size_t len, __u64 mode, __u
 	return 0;
 }
 
+/*
+ * folio_summarize() the folios of @r that [a, b) touches. Context: tbl_lock held for writing, or @r
+ * not in the table yet.
+ */
+static void range_summarize(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uintptr_t b)
+{
+	for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
+		folio_summarize(m, r, fi);
+}
+
 /* Pages of [start, end) the kernel holds (present, or in its own swap): PRESENT for us. */
 static uint64_t scan_present(struct uswap_mm *m, struct mm_region *r)
 {
@@ -371,8 +381,7 @@ static uint64_t scan_present(struct uswap_mm *m, struct mm_region *r)
 				n++;
 			}
 			/* only these folios changed: a scan of a big, mostly untouched range stays cheap */
-			for (size_t fi = region_folio(r, vec[i].start); fi <= region_folio(r, vec[i].end - 1); fi++)
-				folio_summarize(m, r, fi);
+			range_summarize(m, r, vec[i].start, vec[i].end);
 		}
 		if (a.walk_end <= at)
 			break;
@@ -493,13 +502,6 @@ static int region_cut(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uint
 		table_insert(m, right);
 	region_free(m, r);
 	return 0;
-}
-
-/* folio_summarize() the folios of @r that [a, b) touches. Context: tbl_lock held for writing. */
-static void range_summarize(struct uswap_mm *m, struct mm_region *r, uintptr_t a, uintptr_t b)
-{
-	for (size_t fi = region_folio(r, a); fi <= region_folio(r, b - 1); fi++)
-		folio_summarize(m, r, fi);
 }
 
 void region_forget(struct uswap_mm *m, uintptr_t start, uintptr_t end)
