@@ -153,14 +153,31 @@ static void test_mm_first_touch_sparse(void)
 /* ---- pool_in_limit: resident pages and the compressed pool share one limit ---- */
 
 /*
+ * Statistics and the pool's memory of one moment: the background thread and reclaim may still move
+ * pages into the pool, so the pool's memory is read before and after the statistics until it held.
+ */
+static void stats_with_mem(struct uswap_mm *m, struct uswap_mm_stats *st, uint64_t *mem)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		uint64_t before = uswap_mem_bytes(uswap_mm_swap(m));
+
+		uswap_mm_stats(m, st);
+		*mem = uswap_mem_bytes(uswap_mm_swap(m));
+		if (*mem == before)
+			return;
+		usleep(1000);
+	}
+	CHECK(!"the pool's memory kept changing");
+}
+
+/*
  * Resident + uswap_mem_bytes() within the budget once reclaim has caught up; then the resident limit
  * (what the statistics report) is the budget less the pool's memory.
  */
 static void settle_budget(struct uswap_mm *m, uint64_t budget, struct uswap_mm_stats *st, uint64_t *mem)
 {
 	for (int tries = 0; tries < 200; tries++) {
-		uswap_mm_stats(m, st);
-		*mem = uswap_mem_bytes(uswap_mm_swap(m));
+		stats_with_mem(m, st, mem);
 		if (st->resident_bytes + *mem <= budget)
 			break;
 		usleep(10 * 1000);
@@ -214,8 +231,7 @@ static void test_mm_pool_in_limit(void)
 	uswap_mm_stats(m, &st);
 	CHECK_EQ(st.limit_bytes, 0);
 	CHECK_EQ(uswap_mm_set_limit(m, 24 * MiB), 0);
-	uswap_mm_stats(m, &st);
-	mem = uswap_mem_bytes(uswap_mm_swap(m));
+	stats_with_mem(m, &st, &mem);
 	CHECK(st.limit_bytes > 16 * MiB && st.limit_bytes + mem <= 24 * MiB + PS);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	uswap_mm_destroy(m);
