@@ -151,7 +151,8 @@ uint64_t uswap_mem_bytes(struct uswap *u);
  * swapped memory works). Needs userfaultfd with kernel-mode faults (root, CAP_SYS_PTRACE,
  * vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd) and Linux 6.8 (UFFDIO_MOVE).
  * Fork: uswap_mm brings every page of the parent in before fork(), so the child starts with plain
- * memory holding exactly the parent's data; the child must not use the parent's instance.
+ * memory holding exactly the parent's data; the child must not use the parent's instance, but an
+ * instance it creates can take over the parent's ranges (uswap_mm_adopt_forked()).
  *
  * SIGBUS mode (option sigbus_mode, x86-64): the faulting thread resolves its own fault in a SIGBUS
  * handler instead of sleeping while a handler thread does it (no thread is woken: cheaper faults; the
@@ -222,6 +223,17 @@ int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_byte
  * (a read-only part of a region); -EINVAL bad range; -ECHILD called in a fork child.
  */
 int uswap_prefault(struct uswap_mm *m, void *addr, size_t len);
+
+/*
+ * uswap_mm_adopt_forked() - in a fork child, put the ranges that @parent (the parent's instance, as
+ * the child inherited it; the child must not use it otherwise) had at fork() under @m, an instance the
+ * child created. The pages the child inherited stay plain memory, neither counted nor evicted: they
+ * are shared with the parent until either writes them, and evicting them would free nothing. The
+ * pages the child touches first from then on are under @m's limit. Ranges the child did not get
+ * (MADV_DONTFORK) are skipped. Return: how many ranges @m took (>= 0); -EINVAL @m is not this
+ * process's instance or @parent is not its parent's.
+ */
+int uswap_mm_adopt_forked(struct uswap_mm *m, struct uswap_mm *parent);
 
 /* uswap_unregister() - bring every page of the range back in and let it be plain memory. Return: 0; -EINVAL. */
 int uswap_unregister(struct uswap_mm *m, void *addr, size_t len);

@@ -314,6 +314,66 @@ static void test_mm_fork(void)
 	free(sums);
 }
 
+#if !defined(__SANITIZE_THREAD__) /* TSan kills a fork child of a multithreaded process that starts threads */
+/*
+ * A fork child with an instance of its own (uswap_mm_adopt_forked()): it reads what it inherited
+ * (half the region, mostly swapped in the parent), writes the other half, which its own limit then
+ * swaps, and reads it back; the parent's pages stay the parent's.
+ */
+static void test_mm_fork_adopt(void)
+{
+	const size_t n = 4096, half = n / 2;
+	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p;
+	int status = -1;
+	pid_t pid;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_mm_adopt_forked(m, m), -EINVAL);
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < half; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	pid = fork();
+	if (pid == 0) {
+		struct uswap_mm_options o = {.limit_bytes = 4 * MiB, .tiers = TIERS};
+		struct uswap_mm *c = NULL;
+		struct uswap_mm_stats st;
+
+		if (uswap_mm_create(&c, &o))
+			_exit(2);
+		if (uswap_mm_adopt_forked(c, m) < 1 || uswap_mm_adopt_forked(m, c) != -EINVAL)
+			_exit(3);
+		if (verify_range(p, 0, half, sums))
+			_exit(4);
+		for (size_t i = half; i < n; i++)
+			sums[i] = put_page(p + i * PS, i, 2);
+		uswap_mm_stats(c, &st);
+		if (st.resident_bytes > st.limit_bytes + 2 * MiB || st.swapped_bytes < 2 * MiB)
+			_exit(5);
+		if (verify_range(p, half, n, sums) || verify_range(p, 0, half, sums))
+			_exit(6);
+		_exit(0);
+	}
+	CHECK(pid > 0);
+	CHECK_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status));
+	CHECK_EQ(WEXITSTATUS(status), 0);
+	CHECK_EQ(verify_range(p, 0, half, sums), 0);
+	for (size_t i = half; i < n; i++)
+		CHECK_EQ(p[i * PS], 0); /* untouched here: the child's writes stayed in the child */
+	check_accounting(m);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+#define FORK_ADOPT T(test_mm_fork_adopt),
+#else
+#define FORK_ADOPT
+#endif
+
 /* ---- the swap layer under the program changes while it runs ---- */
 
 struct workers {
@@ -723,4 +783,4 @@ static void test_mm_sigbus_proc(void)
 
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_swapoff_running),
 	   T(test_mm_tier_fails), T(test_mm_madvise_storm), T(test_mm_mprotect),
-	   T(test_mm_fork_dontfork), T(test_mm_sigbus_proc))
+	   T(test_mm_fork_dontfork), FORK_ADOPT T(test_mm_sigbus_proc))

@@ -99,8 +99,11 @@ static long long json_num(const char *json, const char *key)
 	return p ? atoll(p + strlen(pat)) : -1;
 }
 
-/* The same command plainly and under `uswap run --limit LIMIT`: same exit status, same output. */
-static void same_output(const char *limit, char *const cmd[], bool expect_swapping)
+/*
+ * The same command plainly and under `uswap run --limit LIMIT [OPTS...]`: same exit status, same
+ * output.
+ */
+static void same_output_opts(const char *limit, char *const opts[], char *const cmd[], bool expect_swapping)
 {
 	char plain_out[300], under_out[300], stats[300], *argv[32];
 	int n = 0, st_plain, st_under;
@@ -116,6 +119,8 @@ static void same_output(const char *limit, char *const cmd[], bool expect_swappi
 	argv[n++] = (char *)limit;
 	argv[n++] = "--stats-json";
 	argv[n++] = stats;
+	for (int i = 0; opts && opts[i] && n < 20; i++)
+		argv[n++] = opts[i];
 	argv[n++] = "--";
 	for (int i = 0; cmd[i] && n < 31; i++)
 		argv[n++] = cmd[i];
@@ -150,6 +155,11 @@ static void same_output(const char *limit, char *const cmd[], bool expect_swappi
 	CHECK(json_num(js, "limit_bytes") <= (long long)budget);
 	CHECK(json_num(js, "limit_bytes") >= (long long)(budget - budget / 4 - 4096));
 	free(js);
+}
+
+static void same_output(const char *limit, char *const cmd[], bool expect_swapping)
+{
+	same_output_opts(limit, NULL, cmd, expect_swapping);
 }
 
 /*
@@ -401,6 +411,52 @@ static void fork_while_freeing(void)
 }
 
 /*
+ * A forked child (no exec) that builds 1.2 GB of distinct pages, more than the heap the parent had
+ * registered (its first 1 GiB chunk): with an instance of its own (the default) it stays near the
+ * limit; kept plain (--fork-child plain) it still gets all the memory it asks for. The child hashes
+ * every page it built; its anonymous resident size goes to a file.
+ */
+static void forked_child(const char *mode, bool managed)
+{
+	char script[300], rss[300], *opts[] = { "--fork-child", (char *)mode, NULL };
+	size_t len;
+
+	snprintf(script, sizeof(script), "%s/forkgrow.py", tmpdir);
+	snprintf(rss, sizeof(rss), "%s/forkgrow.rss", tmpdir);
+	write_file(script, "import os, sys, hashlib\n"
+			   "pid = os.fork()\n"
+			   "if pid == 0:\n"
+			   "    x = [(b'%08d' % i) * 512 for i in range(300000)]\n"
+			   "    h = hashlib.sha256()\n"
+			   "    for b in x: h.update(b)\n"
+			   "    kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
+			   "    open(sys.argv[1], 'w').write(kb)\n"
+			   "    print(h.hexdigest(), flush=True)\n"
+			   "    os._exit(0)\n"
+			   "print('child', os.waitpid(pid, 0)[1])\n");
+	char *cmd[] = { "/usr/bin/python3", script, rss, NULL };
+	same_output_opts("64M", opts, cmd, false);
+	char *kb = slurp(rss, &len);
+	CHECK(kb != NULL);
+	if (kb && managed) {
+		if (atoll(kb) >= 160 << 10)
+			fprintf(stderr, "[%s] the child held %s KiB of anonymous memory\n", check_test, kb);
+		CHECK(atoll(kb) < 160 << 10); /* 1.2 GB plainly */
+	}
+	free(kb);
+}
+
+static void forked_child_own(void)
+{
+	forked_child("own", true);
+}
+
+static void forked_child_plain(void)
+{
+	forked_child("plain", false);
+}
+
+/*
  * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
  * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
  * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
@@ -569,6 +625,7 @@ static void bad_options(void)
 		{ { "--limit", "1X", "--", "/bin/true" }, 2, "--limit" },
 		{ { "--limit", "64M", "--tiers", "bogus", "--", "/bin/true" }, 2, "bogus" },
 		{ { "--limit", "64M", "--folio", "3K", "--", "/bin/true" }, 2, "--folio" },
+		{ { "--limit", "64M", "--fork-child", "shared", "--", "/bin/true" }, 2, "--fork-child" },
 		{ { "--limit", "64M", "--colour", "red", "--", "/bin/true" }, 2, "--colour" },
 		{ { "--", "/bin/true" }, 2, "--limit" },
 		{ { "--limit", "64M" }, 2, "PROGRAM" },
@@ -762,7 +819,8 @@ static int cleanup_dir(void)
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(freed_blocks_leave), T(fork_while_freeing), T(node_map), T(redis_bgsave),
+	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(node_map),
+	T(redis_bgsave),
 };
 
 int main(int argc, char **argv)

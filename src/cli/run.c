@@ -30,15 +30,18 @@
 #include "uswap.h"
 
 static const char run_usage[] =
-	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--stats] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
+	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--fork-child own|plain] [--stats]\n"
+	"                 [--stats-json FILE] -- PROGRAM [ARGS...]\n"
 	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required)\n"
 	"  --tiers SPEC       tier stack (default: same, a compressed pool of a quarter of the limit,\n"
 	"                     an unnamed swap file); see uswap(1)\n"
 	"  --folio SIZE       unit of eviction and swap-in, 4K..2M, a power of two (default 4K)\n"
+	"  --fork-child MODE  a child forked without exec: own (an instance of its own, with the same\n"
+	"                     limit, for the memory it adds; the default) or plain (unmanaged)\n"
 	"  --stats            print a summary to stderr when the program exits\n"
 	"  --stats-json FILE  write the summary to FILE as JSON\n"
-	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_STATS_JSON,\n"
-	"USWAP_POOL_IN_LIMIT.\n";
+	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_FORK_CHILD,\n"
+	"USWAP_STATS_JSON, USWAP_POOL_IN_LIMIT.\n";
 
 /* The preload library: next to this binary (build tree), else in ../lib of it (installed). */
 static int find_preload(char *out, size_t len)
@@ -335,7 +338,7 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 
 int cmd_run(int argc, char **argv)
 {
-	const char *limit = NULL, *tiers = NULL, *folio = NULL, *stats = NULL;
+	const char *limit = NULL, *tiers = NULL, *folio = NULL, *stats = NULL, *fork_child = NULL;
 	bool summary = false;
 	uint64_t limit_bytes = 0, folio_bytes = 0;
 	char tiers_buf[256], preload[PATH_MAX], prog[PATH_MAX], num[32];
@@ -368,6 +371,8 @@ int cmd_run(int argc, char **argv)
 			folio = v;
 		else if (!strcmp(a, "--stats-json"))
 			stats = v;
+		else if (!strcmp(a, "--fork-child"))
+			fork_child = v;
 		else
 			return cli_usage_error("run: unknown option \"%s\"\n%s", a, run_usage);
 		i++;
@@ -381,6 +386,8 @@ int cmd_run(int argc, char **argv)
 	if (folio && (uswap_parse_size(folio, 0, &folio_bytes) || folio_bytes < 4096 || folio_bytes > (2u << 20) ||
 		      (folio_bytes & (folio_bytes - 1))))
 		return cli_usage_error("run: --folio \"%s\" is not a power of two from 4K to 2M", folio);
+	if (fork_child && strcmp(fork_child, "own") && strcmp(fork_child, "plain"))
+		return cli_usage_error("run: --fork-child \"%s\" is neither own nor plain", fork_child);
 	bool pool_in_limit = !tiers;
 	if (!tiers) {
 		uint64_t pool = limit_bytes / 4;
@@ -425,6 +432,8 @@ int cmd_run(int argc, char **argv)
 		unsetenv("USWAP_POOL_IN_LIMIT");
 	if (folio)
 		setenv("USWAP_FOLIO", folio, 1);
+	if (fork_child)
+		setenv("USWAP_FORK_CHILD", fork_child, 1);
 	const char *old = getenv("LD_PRELOAD");
 	if (old && *old) {
 		size_t l = strlen(preload) + strlen(old) + 2;

@@ -7,7 +7,8 @@
  * a child would read zeros where the parent's pages are swapped or inactive. pthread_atfork()
  * handlers therefore bring every page of every instance in before fork() (reclaim paused until the
  * parent resumes), and the child closes its copies of our file descriptors and leaves the instance
- * alone. The cost is memory: for a moment the parent holds all its pages.
+ * alone; an instance of its own can take over the ranges (uswap_mm_adopt_forked()). The cost is
+ * memory: for a moment the parent holds all its pages.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -129,6 +130,27 @@ static bool folio_dontfork(struct mm_region *r, size_t fi, const struct mm_range
 	return *k < n && dc[*k].start <= a && b <= dc[*k].end;
 }
 
+/*
+ * The regions as fork() leaves them to the child, for uswap_mm_adopt_forked() there. Context: tbl_lock
+ * held. Out of memory: the child finds none.
+ */
+static void fork_ranges_save(struct uswap_mm *m)
+{
+	m->nr_fork_ranges = 0;
+	if (m->nr_regions > m->fork_ranges_cap) {
+		size_t cap = (size_t)m->nr_regions * 2;
+		struct mm_range *n = mm_map_mem(cap * sizeof(*n));
+
+		if (!n)
+			return;
+		mm_unmap_mem(m->fork_ranges, m->fork_ranges_cap * sizeof(*n));
+		m->fork_ranges = n;
+		m->fork_ranges_cap = cap;
+	}
+	for (unsigned ri = 0; ri < m->nr_regions; ri++)
+		m->fork_ranges[m->nr_fork_ranges++] = (struct mm_range){m->tbl[ri]->start, m->tbl[ri]->end};
+}
+
 #define DONTFORK_MAX 256
 static void mm_fork_prepare(struct uswap_mm *m)
 {
@@ -138,6 +160,7 @@ static void mm_fork_prepare(struct uswap_mm *m)
 	atomic_store(&m->forking, 1);
 	pthread_mutex_lock(&m->reclaim_lock);
 	pthread_rwlock_rdlock(&m->tbl_lock);
+	fork_ranges_save(m);
 	/* Swapped memory of vmas the child does not get stays out (a runtime's heap often is one). */
 	if (atomic_load(&m->c.evicted_pages) || atomic_load(&m->inactive))
 		ndc = mm_dontfork_ranges(dc, DONTFORK_MAX);
@@ -307,6 +330,7 @@ static void mm_free(struct uswap_mm *m)
 	mm_unmap_mem((void *)m->stage_busy, m->nr_stages * sizeof(*m->stage_busy));
 	mm_unmap_mem(m->zero, MM_FOLIO_MAX);
 	mm_unmap_mem(m->fork_stage, MM_FOLIO_MAX);
+	mm_unmap_mem(m->fork_ranges, m->fork_ranges_cap * sizeof(*m->fork_ranges));
 	if (m->tbl)
 		region_table_destroy(m);
 	if (m->swap)
@@ -628,6 +652,36 @@ int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_byte
 	if (!ret && atomic_load(&m->resident) > atomic_load(&m->high))
 		reclaim_kick(m);
 	return ret;
+}
+
+int uswap_mm_adopt_forked(struct uswap_mm *m, struct uswap_mm *parent)
+{
+	int n = 0;
+
+	err_clear();
+	if (in_child(m) || !in_child(parent))
+		return err_set(-EINVAL, "uswap_mm_adopt_forked() takes this process's instance and its parent's");
+	for (size_t i = 0; i < parent->nr_fork_ranges; i++) {
+		const struct mm_range *rg = &parent->fork_ranges[i];
+		unsigned ri;
+		int ret;
+
+		/*
+		 * One page a folio: a folio never mixes the pages the child inherited (present, but not
+		 * ours) with pages it touches later. Not scanned, so the inherited ones are neither
+		 * counted nor evicted. A range the child did not get (MADV_DONTFORK) fails to register.
+		 */
+		pthread_rwlock_wrlock(&m->tbl_lock);
+		ri = region_after(m, rg->start);
+		if (ri < m->nr_regions && m->tbl[ri]->start < rg->end)
+			ret = -EEXIST;
+		else
+			ret = region_add(m, rg->start, rg->end, 0, false, false, NULL);
+		pthread_rwlock_unlock(&m->tbl_lock);
+		n += !ret;
+	}
+	err_clear();
+	return n;
 }
 
 int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)

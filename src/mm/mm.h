@@ -152,6 +152,11 @@ struct mm_counters {
 		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults;
 };
 
+/* A range of addresses [start, end). */
+struct mm_range {
+	uintptr_t start, end;
+};
+
 struct uswap_mm {
 	struct uswap *swap;
 	int uffd;        /* the program's ranges: MISSING | WP, events REMOVE, UNMAP, REMAP */
@@ -221,6 +226,9 @@ struct uswap_mm {
 	_Atomic uint64_t meta_bytes; /* page and folio words, region table */
 
 	struct uswap_mm *next_mm; /* list of live instances, for fork */
+	/* The regions at the last fork(), as a child finds them: uswap_mm_adopt_forked() (mm memory). */
+	struct mm_range *fork_ranges;
+	size_t nr_fork_ranges, fork_ranges_cap;
 };
 
 /* region.c */
@@ -243,10 +251,6 @@ int region_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t len);
  * @grown_only: only a vma that holds a region whole (one that grew in place), else -ENOENT.
  */
 int region_adopt(struct uswap_mm *m, uintptr_t addr, bool grown_only);
-/* A range of addresses [start, end). */
-struct mm_range {
-	uintptr_t start, end;
-};
 /*
  * The vmas marked MADV_DONTFORK (a child does not get them), from /proc/self/smaps, merged where
  * adjacent, sorted, at most @max (the rest are left out). Return: how many.

@@ -14,8 +14,13 @@
  *    as userfaultfd events.
  * The library's own memory never is: its threads (created while the instance starts) and every call
  * made from here carry a thread-local mark, and under the mark malloc is glibc's and mmap is plain.
- * A fork child keeps plain copies (the instance brings in every page the child gets before fork) and
- * stays unmanaged; a program that execs starts its own instance from the inherited environment.
+ * A fork child starts with plain copies (the instance brings in every page the child gets before
+ * fork). The first time it asks for new memory (a new arena chunk, a mapping worth managing, a block
+ * of DISCARD_MIN or more, or ADOPT_AFTER in all) it starts an instance of its own with the same
+ * options, which takes over the ranges the parent had: what the child inherited stays plain (shared
+ * with the parent until written), what it touches anew is under its limit (USWAP_FORK_CHILD=plain:
+ * the child stays unmanaged). A child that execs starts its own instance from the inherited
+ * environment.
  * Live statistics: /dev/shm/uswap.PID (see util/live.h), for `uswap stat`. Under `uswap run` (USWAP_RUN
  * names it) the file outlives the process: the runner sums up every process it ran, then removes them.
  */
@@ -26,6 +31,7 @@
 #include <fcntl.h>
 #include <mimalloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -54,7 +60,11 @@ extern void *__libc_memalign(size_t, size_t);
 extern void __libc_free(void *);
 
 static struct uswap_mm *g_mm;
-static pid_t g_pid;
+static pid_t g_pid;                /* the process g_mm serves (a fork child: until it has its own) */
+static struct uswap_mm_options g_opts; /* a fork child's instance gets the same */
+static bool g_fork_own = true;     /* USWAP_FORK_CHILD: own (default) or plain */
+enum { ADOPT_NONE, ADOPT_PENDING, ADOPT_BUSY };
+static _Atomic int g_adopt;        /* a fork child without an instance of its own yet */
 static atomic_bool g_managing;     /* mmaps are registered (this process, instance up) */
 static atomic_bool g_heap;         /* malloc goes to the arena */
 static uintptr_t g_arena, g_arena_end;
@@ -82,6 +92,14 @@ static void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t
 	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
+/* Whether g_mm is this process's instance (not a fork child's inherited copy of its parent's). */
+static inline bool ours(void)
+{
+	return getpid() == __atomic_load_n(&g_pid, __ATOMIC_ACQUIRE);
+}
+
+static void child_adopt(void);
+
 /*
  * The arena is one reservation of USWAP_HEAP bytes, registered and handed to mimalloc in chunks that
  * double (1 GiB first): registering costs time in proportion to the range, and most programs are small.
@@ -92,8 +110,11 @@ static pthread_mutex_t g_grow_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static bool grow_arena(size_t need)
 {
-	bool grown = false;
+	static bool warned;
+	bool grown = false, managed;
 
+	if (atomic_load_explicit(&g_adopt, memory_order_relaxed))
+		child_adopt();
 	t_internal++;
 	pthread_mutex_lock(&g_grow_lock);
 	uint64_t total = g_arena_end - g_arena, chunk = g_managed ? g_managed : FIRST_CHUNK;
@@ -102,11 +123,21 @@ static bool grow_arena(size_t need)
 		chunk *= 2;
 	if (chunk > total - g_managed)
 		chunk = total - g_managed;
-	if (chunk >= ARENA_ALIGN && getpid() == g_pid &&
-	    !uswap_register(g_mm, (void *)(g_arena + g_managed), chunk, 0) &&
-	    mi_manage_os_memory((void *)(g_arena + g_managed), chunk, true, false, true, -1)) {
-		g_managed += chunk;
-		grown = true;
+	/*
+	 * A chunk the instance cannot take (a fork child that stays plain, or a registration that
+	 * failed) is still handed to mimalloc, as plain memory: a malloc must not fail for that.
+	 */
+	if (chunk >= ARENA_ALIGN) {
+		managed = ours() && !uswap_register(g_mm, (void *)(g_arena + g_managed), chunk, 0);
+		if (!managed && ours() && !warned) {
+			warned = true;
+			fprintf(stderr, "uswap: heap memory from %#lx stays unmanaged: %s\n",
+				(unsigned long)(g_arena + g_managed), uswap_errmsg());
+		}
+		if (mi_manage_os_memory((void *)(g_arena + g_managed), chunk, true, false, true, -1)) {
+			g_managed += chunk;
+			grown = true;
+		}
 	}
 	pthread_mutex_unlock(&g_grow_lock);
 	t_internal--;
@@ -259,14 +290,33 @@ static void *cache_take(size_t n)
 	return p;
 }
 
+/* At fork: no chunk half handed over, no cache half changed (see preload_init() for the order). */
 static void cache_lock(void)
 {
+	pthread_mutex_lock(&g_grow_lock);
 	pthread_mutex_lock(&g_cache_lock);
 }
 
 static void cache_unlock(void)
 {
 	pthread_mutex_unlock(&g_cache_lock);
+	pthread_mutex_unlock(&g_grow_lock);
+}
+
+/*
+ * A fork child without an instance of its own starts one at a big allocation, or once it allocated
+ * ADOPT_AFTER since fork: until then what it touches stays plain, so not later than that. A child
+ * that execs soon after fork (a shell's) allocates less and never pays for an instance.
+ */
+#define ADOPT_AFTER (2u << 20)
+static _Atomic size_t g_child_alloc;
+
+static inline void child_alloc(size_t n)
+{
+	if (atomic_load_explicit(&g_adopt, memory_order_relaxed) &&
+	    (n >= DISCARD_MIN ||
+	     atomic_fetch_add_explicit(&g_child_alloc, n, memory_order_relaxed) + n >= ADOPT_AFTER))
+		child_adopt();
 }
 
 void *malloc(size_t n)
@@ -275,6 +325,7 @@ void *malloc(size_t n)
 
 	if (!use_heap())
 		return __libc_malloc(n);
+	child_alloc(n);
 	if (n >= DISCARD_MIN && (p = cache_take(n)))
 		return p;
 	p = mi_malloc(n);
@@ -289,6 +340,8 @@ void *calloc(size_t a, size_t b)
 
 	if (!use_heap())
 		return __libc_calloc(a, b);
+	if (b && a <= SIZE_MAX / b)
+		child_alloc(a * b);
 	if (b && a <= SIZE_MAX / b && a * b >= DISCARD_MIN && (p = cache_take(a * b)))
 		return memset(p, 0, a * b);
 	p = mi_calloc(a, b);
@@ -362,6 +415,7 @@ void *memalign(size_t align, size_t n)
 
 	if (!use_heap())
 		return __libc_memalign(align, n);
+	child_alloc(n);
 	p = mi_malloc_aligned(n, align);
 	if (!p && grow_arena(n + align))
 		p = mi_malloc_aligned(n, align);
@@ -426,8 +480,10 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	void *p = sys_mmap(addr, len, prot, flags, fd, off);
 
-	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) &&
-	    getpid() == g_pid) {
+	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_adopt, memory_order_relaxed) &&
+	    worth_managing(len, prot, flags, fd))
+		child_adopt();
+	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) && ours()) {
 		t_internal++;
 		/*
 		 * The new mapping may stand where a registered range was (MAP_FIXED over it, or an
@@ -579,9 +635,41 @@ static void write_stats_json(void)
 
 static void fork_child(void)
 {
-	/* The instance belongs to the parent: the child's memory is plain, its mappings stay plain. */
+	/* The instance belongs to the parent: the child's memory is plain until it has its own. */
 	atomic_store(&g_managing, false);
 	g_live = NULL;
+	g_stats_json[0] = '\0'; /* the summary is the program's */
+	atomic_store(&g_child_alloc, 0);
+	atomic_store(&g_adopt, g_fork_own ? ADOPT_PENDING : ADOPT_NONE);
+}
+
+/*
+ * A fork child's own instance, started by the first thread that asks for new memory; the others wait
+ * for it. It takes over the ranges the parent's instance had at fork (uswap_mm_adopt_forked()).
+ * Failing that, the child stays plain.
+ */
+static void child_adopt(void)
+{
+	int want = ADOPT_PENDING;
+	struct uswap_mm *m;
+
+	if (!atomic_compare_exchange_strong(&g_adopt, &want, ADOPT_BUSY)) {
+		while (atomic_load(&g_adopt) == ADOPT_BUSY)
+			sched_yield();
+		return;
+	}
+	t_internal++;
+	if (!uswap_mm_create(&m, &g_opts)) {
+		uswap_mm_adopt_forked(m, g_mm);
+		g_mm = m;
+		__atomic_store_n(&g_pid, getpid(), __ATOMIC_RELEASE);
+		live_start();
+		atomic_store(&g_managing, true);
+	} else {
+		fprintf(stderr, "uswap: forked child %d stays unmanaged: %s\n", (int)getpid(), uswap_errmsg());
+	}
+	t_internal--;
+	atomic_store(&g_adopt, ADOPT_NONE);
 }
 
 static _Noreturn void fail(const char *what, int err)
@@ -624,6 +712,11 @@ __attribute__((constructor(101))) static void preload_init(void)
 			fail("USWAP_MIN_MAP", -EINVAL);
 		g_min_map = (size_t)v;
 	}
+	if ((s = getenv("USWAP_FORK_CHILD")) && *s) {
+		if (strcmp(s, "own") && strcmp(s, "plain"))
+			fail("USWAP_FORK_CHILD (own or plain)", -EINVAL);
+		g_fork_own = !strcmp(s, "own");
+	}
 	if ((s = getenv("USWAP_RUN")) && *s)
 		g_run_pid = (int32_t)atoi(s);
 	/* The summary is the program's: `uswap run` names its pid, so children do not overwrite it. */
@@ -639,6 +732,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	 * instance's (which read /proc and may allocate) never meet the cache locked.
 	 */
 	pthread_atfork(cache_lock, cache_unlock, cache_unlock);
+	g_opts = o;
 	ret = uswap_mm_create(&g_mm, &o);
 	if (ret)
 		fail("starting the instance", ret);
