@@ -12,6 +12,8 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -799,6 +801,70 @@ static void redis_bgsave(void)
 	rserver_kill(&u);
 }
 
+/* A loopback TCP port free right now, or -1. */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !getsockname(fd, (struct sockaddr *)&a, &len))
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/*
+ * A daemon: redis-server --daemonize yes forks, and the child that goes on serving never execs. Under
+ * `uswap run --limit 48M` it must hold its ~200 MB of values within about its own limit (its instance
+ * starts at its first big allocation) and serve them back as a plain daemon does.
+ */
+static void daemon_child(void)
+{
+	char script[300], rss[300], dir[300], gen[320], port[16];
+	size_t len;
+
+	if (!rserver_available()) {
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
+		CHECK(rserver_available());
+		return;
+	}
+	snprintf(script, sizeof(script), "%s/daemon.sh", tmpdir);
+	snprintf(rss, sizeof(rss), "%s/daemon.rss", tmpdir);
+	snprintf(dir, sizeof(dir), "%s/daemon", tmpdir);
+	snprintf(port, sizeof(port), "%d", free_port());
+	CHECK(mkdir(dir, 0700) == 0);
+	snprintf(gen, sizeof(gen), "%s/gen.py", dir);
+	write_file(gen, "import sys\n" /* 300K SETs of 511-byte values in the protocol */
+			"o = sys.stdout.buffer\n"
+			"for i in range(300000):\n"
+			"    k, v = b'k:%d' % i, (b'%07d' % i) * 73\n"
+			"    o.write(b'*3\\r\\n$3\\r\\nSET\\r\\n$%d\\r\\n%s\\r\\n$%d\\r\\n%s\\r\\n' % (len(k), k, len(v), v))\n");
+	write_file(script,
+		   "set -e\n"
+		   "p=$1; d=$2\n"
+		   "redis-server --port $p --bind 127.0.0.1 --dir $d --save '' --appendonly no --daemonize yes "
+		   "--pidfile $d/r.pid --logfile $d/log\n"
+		   "until redis-cli -p $p ping >/dev/null 2>&1; do sleep 0.1; done\n"
+		   "python3 $d/gen.py | redis-cli -p $p --pipe >/dev/null\n"
+		   "redis-cli -p $p dbsize\n"
+		   "for k in 0 7919 150001 299999; do redis-cli -p $p get k:$k; done\n"
+		   "redis-cli -p $p --scan | sort | md5sum\n"
+		   "redis-cli -p $p eval \"local h = '' for i = 0, 299999 do "
+		   "h = redis.sha1hex(h .. redis.call('GET', 'k:' .. i)) end return h\" 0\n"
+		   "awk '/RssAnon/ {print $2}' /proc/$(cat $d/r.pid)/status > $3\n"
+		   "redis-cli -p $p shutdown nosave >/dev/null 2>&1 || true\n");
+	char *cmd[] = { "/bin/sh", script, port, dir, rss, NULL };
+	same_output("48M", cmd, false);
+	char *kb = slurp(rss, &len);
+	CHECK(kb != NULL);
+	if (kb && atoll(kb) >= 120 << 10)
+		fprintf(stderr, "[%s] the daemon held %s KiB of anonymous memory\n", check_test, kb);
+	CHECK(kb && atoll(kb) < 120 << 10); /* ~280 MB plainly */
+	free(kb);
+}
+
 static void setup(void) __attribute__((constructor));
 static void setup(void)
 {
@@ -820,7 +886,7 @@ static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(node_map),
-	T(redis_bgsave),
+	T(redis_bgsave), T(daemon_child),
 };
 
 int main(int argc, char **argv)
