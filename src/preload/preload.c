@@ -483,7 +483,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_adopt, memory_order_relaxed) &&
 	    worth_managing(len, prot, flags, fd))
 		child_adopt();
-	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) && ours()) {
+	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) &&
+	    ours()) {
 		t_internal++;
 		/*
 		 * The new mapping may stand where a registered range was (MAP_FIXED over it, or an
