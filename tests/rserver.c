@@ -39,8 +39,7 @@ static bool port_free(int port)
 	return ok;
 }
 
-/* A port in 17000..17999 whose bus port is free too, spread by pid so parallel runs rarely meet. */
-static int pick_port(void)
+int rserver_pick_port(void)
 {
 	static unsigned next;
 	unsigned base = (unsigned)getpid() * 37u;
@@ -172,7 +171,7 @@ static int start_once(struct rserver *s, const char *const *wrap, const char *po
 	char port[16];
 	int argc = 0, nargs = 19;
 
-	s->port = pick_port();
+	s->port = rserver_pick_port();
 	if (s->port < 0)
 		return -1;
 	snprintf(port, sizeof(port), "%d", s->port);

@@ -30,6 +30,8 @@ int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char
 void rserver_kill(struct rserver *s);
 /* A blocking connection with a 5 s timeout, or NULL. */
 redisContext *rserver_connect(const struct rserver *s);
+/* A port in 17000..17999 whose bus port is free too, spread by pid so parallel runs rarely meet; -1. */
+int rserver_pick_port(void);
 /* Run redis-cli (or any program) @argv with output to /dev/null. Return: its exit status, -1. */
 int rserver_run(const char *const *argv);
 

@@ -12,8 +12,6 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -412,6 +410,18 @@ static void fork_while_freeing(void)
 	same_output("24M", cmd, true);
 }
 
+/* The anonymous resident KiB a script wrote to @path (from /proc/PID/status) is under @max_kib. */
+static void check_anon_under(const char *path, long long max_kib)
+{
+	size_t len;
+	char *kb = slurp(path, &len);
+
+	if (!kb || atoll(kb) >= max_kib)
+		fprintf(stderr, "[%s] the process held %s KiB of anonymous memory\n", check_test, kb ? kb : "?");
+	CHECK(kb && atoll(kb) < max_kib);
+	free(kb);
+}
+
 /*
  * A forked child (no exec) that builds 1.2 GB of distinct pages, more than the heap the parent had
  * registered (its first 1 GiB chunk): with an instance of its own (the default) it stays near the
@@ -421,7 +431,6 @@ static void fork_while_freeing(void)
 static void forked_child(const char *mode, bool managed)
 {
 	char script[300], rss[300], *opts[] = { "--fork-child", (char *)mode, NULL };
-	size_t len;
 
 	snprintf(script, sizeof(script), "%s/forkgrow.py", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/forkgrow.rss", tmpdir);
@@ -438,14 +447,8 @@ static void forked_child(const char *mode, bool managed)
 			   "print('child', os.waitpid(pid, 0)[1])\n");
 	char *cmd[] = { "/usr/bin/python3", script, rss, NULL };
 	same_output_opts("64M", opts, cmd, false);
-	char *kb = slurp(rss, &len);
-	CHECK(kb != NULL);
-	if (kb && managed) {
-		if (atoll(kb) >= 160 << 10)
-			fprintf(stderr, "[%s] the child held %s KiB of anonymous memory\n", check_test, kb);
-		CHECK(atoll(kb) < 160 << 10); /* 1.2 GB plainly */
-	}
-	free(kb);
+	if (managed)
+		check_anon_under(rss, 160 << 10); /* 1.2 GB plainly */
 }
 
 static void forked_child_own(void)
@@ -801,20 +804,6 @@ static void redis_bgsave(void)
 	rserver_kill(&u);
 }
 
-/* A loopback TCP port free right now, or -1. */
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !getsockname(fd, (struct sockaddr *)&a, &len))
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
 /*
  * A daemon: redis-server --daemonize yes forks, and the child that goes on serving never execs. Under
  * `uswap run --limit 48M` it must hold its ~200 MB of values within about its own limit (its instance
@@ -823,7 +812,6 @@ static int free_port(void)
 static void daemon_child(void)
 {
 	char script[300], rss[300], dir[300], gen[320], port[16];
-	size_t len;
 
 	if (!rserver_available()) {
 		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
@@ -833,7 +821,7 @@ static void daemon_child(void)
 	snprintf(script, sizeof(script), "%s/daemon.sh", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/daemon.rss", tmpdir);
 	snprintf(dir, sizeof(dir), "%s/daemon", tmpdir);
-	snprintf(port, sizeof(port), "%d", free_port());
+	snprintf(port, sizeof(port), "%d", rserver_pick_port());
 	CHECK(mkdir(dir, 0700) == 0);
 	snprintf(gen, sizeof(gen), "%s/gen.py", dir);
 	write_file(gen, "import sys\n" /* 300K SETs of 511-byte values in the protocol */
@@ -857,12 +845,7 @@ static void daemon_child(void)
 		   "redis-cli -p $p shutdown nosave >/dev/null 2>&1 || true\n");
 	char *cmd[] = { "/bin/sh", script, port, dir, rss, NULL };
 	same_output("48M", cmd, false);
-	char *kb = slurp(rss, &len);
-	CHECK(kb != NULL);
-	if (kb && atoll(kb) >= 120 << 10)
-		fprintf(stderr, "[%s] the daemon held %s KiB of anonymous memory\n", check_test, kb);
-	CHECK(kb && atoll(kb) < 120 << 10); /* ~280 MB plainly */
-	free(kb);
+	check_anon_under(rss, 120 << 10); /* ~280 MB plainly */
 }
 
 static void setup(void) __attribute__((constructor));

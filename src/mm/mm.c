@@ -620,10 +620,25 @@ int uswap_unmap(struct uswap_mm *m, void *addr, size_t len)
 	return munmap(addr, len) ? err_set(-errno, "munmap: %s", strerror(errno)) : 0;
 }
 
+/* A region for [s, s + len) unless it overlaps one (-EEXIST); @scan: count the pages present now. */
+static int region_add_new(struct uswap_mm *m, uintptr_t s, size_t len, unsigned shift, bool scan)
+{
+	unsigned ri;
+	int ret;
+
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	ri = region_after(m, s);
+	if (ri < m->nr_regions && m->tbl[ri]->start < s + len)
+		ret = err_set(-EEXIST, "[%p, +%zu) overlaps a registered range", (void *)s, len);
+	else
+		ret = region_add(m, s, s + len, shift, false, scan, NULL);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	return ret;
+}
+
 int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_bytes)
 {
-	uintptr_t s = (uintptr_t)addr;
-	unsigned shift = 0, ri;
+	unsigned shift = 0;
 	int ret;
 
 	err_clear();
@@ -639,13 +654,7 @@ int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_byte
 	for (int tries = 0; tries < 2; tries++) {
 		if (tries)
 			mm_settle(m);
-		pthread_rwlock_wrlock(&m->tbl_lock);
-		ri = region_after(m, s);
-		if (ri < m->nr_regions && m->tbl[ri]->start < s + len)
-			ret = err_set(-EEXIST, "[%p, +%zu) overlaps a registered range", addr, len);
-		else
-			ret = region_add(m, s, s + len, shift, false, true, NULL);
-		pthread_rwlock_unlock(&m->tbl_lock);
+		ret = region_add_new(m, (uintptr_t)addr, len, shift, true);
 		if (ret != -EEXIST)
 			break;
 	}
@@ -663,22 +672,13 @@ int uswap_mm_adopt_forked(struct uswap_mm *m, struct uswap_mm *parent)
 		return err_set(-EINVAL, "uswap_mm_adopt_forked() takes this process's instance and its parent's");
 	for (size_t i = 0; i < parent->nr_fork_ranges; i++) {
 		const struct mm_range *rg = &parent->fork_ranges[i];
-		unsigned ri;
-		int ret;
 
 		/*
 		 * One page a folio: a folio never mixes the pages the child inherited (present, but not
 		 * ours) with pages it touches later. Not scanned, so the inherited ones are neither
 		 * counted nor evicted. A range the child did not get (MADV_DONTFORK) fails to register.
 		 */
-		pthread_rwlock_wrlock(&m->tbl_lock);
-		ri = region_after(m, rg->start);
-		if (ri < m->nr_regions && m->tbl[ri]->start < rg->end)
-			ret = -EEXIST;
-		else
-			ret = region_add(m, rg->start, rg->end, 0, false, false, NULL);
-		pthread_rwlock_unlock(&m->tbl_lock);
-		n += !ret;
+		n += !region_add_new(m, rg->start, rg->end - rg->start, 0, false);
 	}
 	err_clear();
 	return n;

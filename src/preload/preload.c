@@ -108,10 +108,14 @@ static void child_adopt(void);
 static uint64_t g_managed; /* bytes of the arena registered and managed so far */
 static pthread_mutex_t g_grow_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static bool grow_arena(size_t need)
+/*
+ * @plain_ok: a chunk the instance cannot take (a fork child that stays plain, or a registration that
+ * failed) is still handed to mimalloc, as plain memory: a malloc must not fail for that.
+ */
+static bool grow_arena(size_t need, bool plain_ok)
 {
 	static bool warned;
-	bool grown = false, managed;
+	bool grown = false, mine, managed;
 
 	if (atomic_load_explicit(&g_adopt, memory_order_relaxed))
 		child_adopt();
@@ -123,18 +127,16 @@ static bool grow_arena(size_t need)
 		chunk *= 2;
 	if (chunk > total - g_managed)
 		chunk = total - g_managed;
-	/*
-	 * A chunk the instance cannot take (a fork child that stays plain, or a registration that
-	 * failed) is still handed to mimalloc, as plain memory: a malloc must not fail for that.
-	 */
 	if (chunk >= ARENA_ALIGN) {
-		managed = ours() && !uswap_register(g_mm, (void *)(g_arena + g_managed), chunk, 0);
-		if (!managed && ours() && !warned) {
+		mine = ours();
+		managed = mine && !uswap_register(g_mm, (void *)(g_arena + g_managed), chunk, 0);
+		if (!managed && mine && plain_ok && !warned) {
 			warned = true;
 			fprintf(stderr, "uswap: heap memory from %#lx stays unmanaged: %s\n",
 				(unsigned long)(g_arena + g_managed), uswap_errmsg());
 		}
-		if (mi_manage_os_memory((void *)(g_arena + g_managed), chunk, true, false, true, -1)) {
+		if ((managed || plain_ok) &&
+		    mi_manage_os_memory((void *)(g_arena + g_managed), chunk, true, false, true, -1)) {
 			g_managed += chunk;
 			grown = true;
 		}
@@ -329,7 +331,7 @@ void *malloc(size_t n)
 	if (n >= DISCARD_MIN && (p = cache_take(n)))
 		return p;
 	p = mi_malloc(n);
-	if (!p && grow_arena(n))
+	if (!p && grow_arena(n, true))
 		p = mi_malloc(n);
 	return p;
 }
@@ -340,12 +342,15 @@ void *calloc(size_t a, size_t b)
 
 	if (!use_heap())
 		return __libc_calloc(a, b);
-	if (b && a <= SIZE_MAX / b)
+	bool fits = b && a <= SIZE_MAX / b; /* else mi_calloc() refuses it */
+
+	if (fits) {
 		child_alloc(a * b);
-	if (b && a <= SIZE_MAX / b && a * b >= DISCARD_MIN && (p = cache_take(a * b)))
-		return memset(p, 0, a * b);
+		if (a * b >= DISCARD_MIN && (p = cache_take(a * b)))
+			return memset(p, 0, a * b);
+	}
 	p = mi_calloc(a, b);
-	if (!p && b && a <= SIZE_MAX / b && grow_arena(a * b))
+	if (!p && fits && grow_arena(a * b, true))
 		p = mi_calloc(a, b);
 	return p;
 }
@@ -392,7 +397,7 @@ void *realloc(void *p, size_t n)
 			return q;
 		}
 		q = mi_realloc(p, n);
-		if (!q && n && grow_arena(n))
+		if (!q && n && grow_arena(n, true))
 			q = mi_realloc(p, n);
 		return q;
 	}
@@ -417,7 +422,7 @@ void *memalign(size_t align, size_t n)
 		return __libc_memalign(align, n);
 	child_alloc(n);
 	p = mi_malloc_aligned(n, align);
-	if (!p && grow_arena(n + align))
+	if (!p && grow_arena(n + align, true))
 		p = mi_malloc_aligned(n, align);
 	return p;
 }
@@ -480,11 +485,11 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	void *p = sys_mmap(addr, len, prot, flags, fd, off);
 
-	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_adopt, memory_order_relaxed) &&
-	    worth_managing(len, prot, flags, fd))
+	if (p == MAP_FAILED || t_internal)
+		return p;
+	if (atomic_load_explicit(&g_adopt, memory_order_relaxed) && worth_managing(len, prot, flags, fd))
 		child_adopt();
-	if (p != MAP_FAILED && !t_internal && atomic_load_explicit(&g_managing, memory_order_relaxed) &&
-	    ours()) {
+	if (atomic_load_explicit(&g_managing, memory_order_relaxed) && ours()) {
 		t_internal++;
 		/*
 		 * The new mapping may stand where a registered range was (MAP_FIXED over it, or an
@@ -751,7 +756,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	mi_option_set(mi_option_limit_os_alloc, 1);
 	g_arena = base;
 	g_arena_end = base + heap;
-	if (!grow_arena(0))
+	if (!grow_arena(0, false))
 		fail("registering the heap", -ENOMEM);
 	pthread_atfork(NULL, NULL, fork_child);
 	/* freed big blocks waiting to be dropped: a sixteenth of the limit, 4 to 32 MiB */
