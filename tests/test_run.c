@@ -462,6 +462,65 @@ static void forked_child_plain(void)
 }
 
 /*
+ * A program that locks all its memory (mlockall(MCL_CURRENT | MCL_FUTURE), python3 through ctypes),
+ * then builds 240 MB of distinct pages. The kernel's mlockall() would fault in the heap's whole
+ * reservation (once, 15 GB in 8 s before anything was swapped): under uswap the memory under the
+ * limit stays swappable (the program stays near the limit), the rest is locked, and a small mapping
+ * made after the call is locked too (MCL_FUTURE). The script writes its anonymous resident KiB and
+ * how much more was locked after its mmap() to a file.
+ */
+static void locked_memory(void)
+{
+	char script[300], rss[300];
+
+	snprintf(script, sizeof(script), "%s/lockall.py", tmpdir);
+	snprintf(rss, sizeof(rss), "%s/lockall.rss", tmpdir);
+	write_file(script, "import ctypes, hashlib, mmap, sys\n"
+			   "libc = ctypes.CDLL(None, use_errno=True)\n"
+			   "if libc.mlockall(3): raise OSError(ctypes.get_errno(), 'mlockall')\n"
+			   "def st(k): return int([l.split()[1] for l in open('/proc/self/status') if l.startswith(k)][0])\n"
+			   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
+			   "h = hashlib.sha256()\n"
+			   "for b in x: h.update(b)\n"
+			   "before = st('VmLck')\n"
+			   "m = mmap.mmap(-1, 65536)\n"
+			   "m.write(b'y' * 65536)\n"
+			   "more = st('VmLck') - before\n"
+			   "open(sys.argv[1], 'w').write('%d %d' % (st('RssAnon'), more))\n"
+			   "print(h.hexdigest(), more >= 64)\n");
+	char *cmd[] = { "/usr/bin/python3", script, rss, NULL };
+	same_output("48M", cmd, true);
+	check_anon_under(rss, 150 << 10); /* ~250 MB plainly, all of it locked */
+}
+
+/*
+ * Address space: under `ulimit -v` (3 GB) the heap's reservation is made to fit (it was 64 GiB, and
+ * start-up failed); and a heap smaller than the program needs (USWAP_HEAP=64M) hands the rest to
+ * glibc's malloc instead of failing the program's allocations (python3 raised MemoryError).
+ */
+static void address_space_limits(void)
+{
+	char script[300], rss[300], line[800];
+
+	snprintf(script, sizeof(script), "%s/pages.py", tmpdir);
+	snprintf(rss, sizeof(rss), "%s/pages.rss", tmpdir);
+	write_file(script, "import hashlib, sys\n"
+			   "x = [(b'%08d' % i) * 512 for i in range(75000)]\n"
+			   "h = hashlib.sha256()\n"
+			   "for b in x: h.update(b)\n"
+			   "kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
+			   "open(sys.argv[1], 'w').write(kb)\n"
+			   "print(h.hexdigest())\n");
+	snprintf(line, sizeof(line), "ulimit -v 3000000 && exec /usr/bin/python3 %s %s", script, rss);
+	char *cmd[] = { "/bin/sh", "-c", line, NULL };
+	same_output("48M", cmd, true);
+	check_anon_under(rss, 150 << 10); /* 300 MB plainly */
+
+	snprintf(line, sizeof(line), "USWAP_HEAP=64M exec /usr/bin/python3 %s %s", script, rss);
+	same_output("48M", cmd, false);
+}
+
+/*
  * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
  * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
  * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
@@ -868,7 +927,8 @@ static int cleanup_dir(void)
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(node_map),
+	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(locked_memory),
+	T(address_space_limits), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "core/layer.h"
@@ -17,6 +18,20 @@
 #include "util/err.h"
 
 #define DEFAULT_MAX_PAGES (1ull << 28)
+
+/*
+ * The descriptor table reserves address space for DEFAULT_MAX_PAGES (4 GiB of it). Swapped pages
+ * come from the process's memory, so under an address-space limit (RLIMIT_AS, `ulimit -v`) the table
+ * needs no more than four descriptors per page the limit allows, and must not take the room itself.
+ */
+static uint64_t default_max_pages(void)
+{
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / PAGE_SIZE * 4 < DEFAULT_MAX_PAGES)
+		return rl.rlim_cur / PAGE_SIZE * 4;
+	return DEFAULT_MAX_PAGES;
+}
 
 static void layer_close_tiers(struct uswap *u)
 {
@@ -29,7 +44,7 @@ int uswap_create_opts(struct uswap **out, const struct uswap_options *opts)
 {
 	struct uswap *u;
 	const char *spec = opts && opts->tiers && *opts->tiers ? opts->tiers : USWAP_DEFAULT_TIERS;
-	uint64_t max_pages = opts && opts->max_pages ? opts->max_pages : DEFAULT_MAX_PAGES;
+	uint64_t max_pages = opts && opts->max_pages ? opts->max_pages : default_max_pages();
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned nr_ctx = opts && opts->nr_ctx ? opts->nr_ctx : (unsigned)(ncpu > 0 ? 2 * ncpu : 2);
 	int ret;

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +67,7 @@ static bool g_fork_own = true;     /* USWAP_FORK_CHILD: own (default) or plain *
 enum { ADOPT_NONE, ADOPT_PENDING, ADOPT_BUSY };
 static _Atomic int g_adopt;        /* a fork child without an instance of its own yet */
 static atomic_bool g_managing;     /* mmaps are registered (this process, instance up) */
+static _Atomic int g_lock_future;  /* mlockall(MCL_FUTURE): mlock2() flags + 1 for new mappings */
 static atomic_bool g_heap;         /* malloc goes to the arena */
 static uintptr_t g_arena, g_arena_end;
 static size_t g_min_map = DEFAULT_MIN_MAP;
@@ -127,7 +129,8 @@ static bool grow_arena(size_t need, bool plain_ok)
 		chunk *= 2;
 	if (chunk > total - g_managed)
 		chunk = total - g_managed;
-	if (chunk >= ARENA_ALIGN) {
+	/* The reservation is PROT_NONE (under strict overcommit only writable memory is charged). */
+	if (chunk >= ARENA_ALIGN && !mprotect((void *)(g_arena + g_managed), chunk, PROT_READ | PROT_WRITE)) {
 		mine = ours();
 		managed = mine && !uswap_register(g_mm, (void *)(g_arena + g_managed), chunk, 0);
 		if (!managed && mine && plain_ok && !warned) {
@@ -333,7 +336,7 @@ void *malloc(size_t n)
 	p = mi_malloc(n);
 	if (!p && grow_arena(n, true))
 		p = mi_malloc(n);
-	return p;
+	return p ? p : __libc_malloc(n); /* past the arena: glibc's heap */
 }
 
 void *calloc(size_t a, size_t b)
@@ -352,7 +355,7 @@ void *calloc(size_t a, size_t b)
 	p = mi_calloc(a, b);
 	if (!p && fits && grow_arena(a * b, true))
 		p = mi_calloc(a, b);
-	return p;
+	return p ? p : __libc_calloc(a, b);
 }
 
 void free(void *p)
@@ -399,6 +402,10 @@ void *realloc(void *p, size_t n)
 		q = mi_realloc(p, n);
 		if (!q && n && grow_arena(n, true))
 			q = mi_realloc(p, n);
+		if (!q && n && (q = __libc_malloc(n))) {
+			memcpy(q, p, have < n ? have : n);
+			mi_free(p);
+		}
 		return q;
 	}
 	if (!use_heap())
@@ -424,7 +431,7 @@ void *memalign(size_t align, size_t n)
 	p = mi_malloc_aligned(n, align);
 	if (!p && grow_arena(n + align, true))
 		p = mi_malloc_aligned(n, align);
-	return p;
+	return p ? p : __libc_memalign(align, n);
 }
 
 void *aligned_alloc(size_t align, size_t n)
@@ -484,6 +491,8 @@ static bool worth_managing(size_t len, int prot, int flags, int fd)
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	void *p = sys_mmap(addr, len, prot, flags, fd, off);
+	bool managed = false;
+	int lock;
 
 	if (p == MAP_FAILED || t_internal)
 		return p;
@@ -497,16 +506,109 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		 * touches the new pages, or reclaim could take them for the old range's.
 		 */
 		uswap_mm_sync(g_mm);
-		if (worth_managing(len, prot, flags, fd))
-			uswap_register(g_mm, p, (len + 4095) & ~(size_t)4095, 0); /* refused: stays plain memory */
+		if (worth_managing(len, prot, flags, fd)) /* refused: stays plain memory */
+			managed = !uswap_register(g_mm, p, (len + 4095) & ~(size_t)4095, 0);
 		t_internal--;
 	}
+	lock = atomic_load_explicit(&g_lock_future, memory_order_relaxed);
+	if (lock && !managed)
+		syscall(SYS_mlock2, p, len, lock - 1);
 	return p;
 }
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 {
 	return mmap(addr, len, prot, flags, fd, (off_t)off);
+}
+
+/* ---- locked memory ---- */
+
+/*
+ * The kernel's mlockall() faults in every page of every mapping it locks: the heap's whole
+ * reservation and every registered range, gigabytes of zeros that reclaim could then not move (a
+ * locked page cannot go to an unlocked shadow). So under an instance mlockall() locks what is not
+ * under the limit: file mappings, the stack and glibc's brk heap now (MCL_CURRENT), and (MCL_FUTURE)
+ * the mappings the program makes later that the instance does not manage. Memory under the limit
+ * stays swappable: the program runs under `uswap run --limit` by the operator's choice, and is told
+ * so once. mlock() of a range is the kernel's: those pages stay resident, over the limit if need be.
+ * As with the kernel's, locks are not inherited by a fork child.
+ */
+
+/* Lock every file mapping, the stack and the brk heap with mlock2() @how. Return: 0 or -errno. */
+static int lock_current(int how)
+{
+	struct span {
+		uintptr_t a, b;
+	} *v = NULL, *nv;
+	size_t n = 0, cap = 0, len = 0;
+	char *line = NULL;
+	int ret = 0;
+	FILE *f;
+
+	t_internal++;
+	f = fopen("/proc/self/maps", "re");
+	if (!f) {
+		ret = -errno;
+		goto out;
+	}
+	/* all spans first: locking splits and merges the mappings the file lists */
+	while (getline(&line, &len, f) > 0) {
+		unsigned long a, b;
+		int at = 0;
+
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &a, &b, &at) < 2 || !at)
+			continue;
+		const char *path = line + at;
+
+		if (path[0] != '/' && strncmp(path, "[stack]", 7) && strncmp(path, "[heap]", 6))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			if (!(nv = realloc(v, cap * sizeof(*v)))) {
+				ret = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[n++] = (struct span){ a, b };
+	}
+	fclose(f);
+	for (size_t i = 0; i < n && !ret; i++)
+		if (syscall(SYS_mlock2, v[i].a, v[i].b - v[i].a, how))
+			ret = -errno;
+out:
+	free(v);
+	free(line);
+	t_internal--;
+	return ret;
+}
+
+int mlockall(int flags)
+{
+	static atomic_bool told;
+	int how = flags & MCL_ONFAULT ? MLOCK_ONFAULT : 0, ret;
+
+	if (!g_arena || t_internal)
+		return (int)syscall(SYS_mlockall, flags);
+	if ((flags & ~(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT)) || !(flags & (MCL_CURRENT | MCL_FUTURE))) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!atomic_exchange(&told, true))
+		fprintf(stderr, "uswap: pid %d called mlockall(): its heap and the mappings under the limit "
+				"stay swappable, the rest is locked\n", (int)getpid());
+	atomic_store(&g_lock_future, flags & MCL_FUTURE ? how + 1 : 0);
+	if ((flags & MCL_CURRENT) && (ret = lock_current(how))) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+int munlockall(void)
+{
+	atomic_store(&g_lock_future, 0);
+	return (int)syscall(SYS_munlockall);
 }
 
 /* ---- threads the library starts carry the mark ---- */
@@ -646,6 +748,7 @@ static void fork_child(void)
 	g_live = NULL;
 	g_stats_json[0] = '\0'; /* the summary is the program's */
 	atomic_store(&g_child_alloc, 0);
+	atomic_store(&g_lock_future, 0); /* mlockall(MCL_FUTURE) is not inherited */
 	atomic_store(&g_adopt, g_fork_own ? ADOPT_PENDING : ADOPT_NONE);
 }
 
@@ -678,6 +781,59 @@ static void child_adopt(void)
 	atomic_store(&g_adopt, ADOPT_NONE);
 }
 
+/* The process's address space in use, from /proc/self/statm (0 if unknown). */
+static uint64_t vm_size(void)
+{
+	char buf[128];
+	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	return strtoull(buf, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * Reserve the heap: *@heap bytes, aligned to ARENA_ALIGN. Unless the size was asked for (@exact), it
+ * is made to fit an address-space limit (RLIMIT_AS, `ulimit -v`): a quarter of the room left, since
+ * each byte managed also has a shadow byte and the program needs room of its own; and halved while
+ * the kernel refuses it. It is PROT_NONE until grow_arena() hands a chunk over (a strict overcommit
+ * policy charges writable memory only). Past the arena, malloc is glibc's (unmanaged).
+ * Return: the base, or 0.
+ */
+static uintptr_t reserve_heap(uint64_t *heap, bool exact)
+{
+	struct rlimit rl;
+	unsigned char *raw;
+
+	*heap = (*heap + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	if (!exact && !getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY) {
+		uint64_t used = vm_size(), room = rl.rlim_cur > used ? (rl.rlim_cur - used) / 4 : 0;
+
+		if (*heap > room)
+			*heap = room & ~(ARENA_ALIGN - 1);
+	}
+	for (;;) {
+		if (*heap < ARENA_ALIGN)
+			return 0;
+		raw = sys_mmap(NULL, *heap + ARENA_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (raw != MAP_FAILED)
+			break;
+		if (exact || errno != ENOMEM)
+			return 0;
+		*heap = (*heap / 2) & ~(ARENA_ALIGN - 1);
+	}
+	uintptr_t base = ((uintptr_t)raw + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1);
+
+	if (base > (uintptr_t)raw)
+		munmap(raw, base - (uintptr_t)raw);
+	munmap((void *)(base + *heap), (uintptr_t)raw + *heap + ARENA_ALIGN - (base + *heap));
+	return base;
+}
+
 static _Noreturn void fail(const char *what, int err)
 {
 	fprintf(stderr, "uswap: cannot put this program under uswap: %s: %s\n", what,
@@ -690,6 +846,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	const char *lim = getenv("USWAP_LIMIT"), *s;
 	struct uswap_mm_options o = { 0 };
 	uint64_t heap = DEFAULT_HEAP, v;
+	bool heap_given = false;
 	int ret;
 
 	if (!lim || !*lim)
@@ -711,8 +868,11 @@ __attribute__((constructor(101))) static void preload_init(void)
 			fail("USWAP_FOLIO", -EINVAL);
 		o.folio_bytes = (size_t)v;
 	}
-	if ((s = getenv("USWAP_HEAP")) && *s && (uswap_parse_size(s, 0, &heap) || heap < ARENA_ALIGN))
-		fail("USWAP_HEAP", -EINVAL);
+	if ((s = getenv("USWAP_HEAP")) && *s) {
+		if (uswap_parse_size(s, 0, &heap) || heap < ARENA_ALIGN)
+			fail("USWAP_HEAP", -EINVAL);
+		heap_given = true;
+	}
 	if ((s = getenv("USWAP_MIN_MAP")) && *s) {
 		if (uswap_parse_size(s, 0, &v))
 			fail("USWAP_MIN_MAP", -EINVAL);
@@ -744,15 +904,10 @@ __attribute__((constructor(101))) static void preload_init(void)
 		fail("starting the instance", ret);
 
 	/* The heap: one aligned reservation, registered, then handed to mimalloc as its only memory. */
-	heap = (heap + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
-	unsigned char *raw = sys_mmap(NULL, heap + ARENA_ALIGN, PROT_READ | PROT_WRITE,
-				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (raw == MAP_FAILED)
-		fail("reserving the heap", -errno);
-	uintptr_t base = ((uintptr_t)raw + ARENA_ALIGN - 1) & ~(uintptr_t)(ARENA_ALIGN - 1);
-	if (base > (uintptr_t)raw)
-		munmap(raw, base - (uintptr_t)raw);
-	munmap((void *)(base + heap), (uintptr_t)raw + heap + ARENA_ALIGN - (base + heap));
+	uintptr_t base = reserve_heap(&heap, heap_given);
+
+	if (!base)
+		fail(heap_given ? "reserving USWAP_HEAP" : "reserving the heap (see ulimit -v)", -ENOMEM);
 	mi_option_set(mi_option_limit_os_alloc, 1);
 	g_arena = base;
 	g_arena_end = base + heap;
