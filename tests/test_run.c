@@ -521,6 +521,41 @@ static void address_space_limits(void)
 }
 
 /*
+ * Programs that treat every descriptor as theirs: python3 closes all of them (os.closerange(): a
+ * close_range() call; then close() of each one /proc/self/fd lists, and a dup2() onto each
+ * userfaultfd) with 240 MB swapped, then reads it all back and builds more; a bash script builds an
+ * array under 16M, then `exec 6>file` (fd 6 was the instance's userfaultfd) and sums it. Both used
+ * to crash (SIGSEGV on the next swapped page).
+ */
+static void descriptors_taken(void)
+{
+	char script[300], line[800];
+
+	snprintf(script, sizeof(script), "%s/closeall.py", tmpdir);
+	write_file(script, "import os, hashlib\n"
+			   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
+			   "os.closerange(3, 65536)\n"
+			   "for fd in [int(f) for f in os.listdir('/proc/self/fd')]:\n"
+			   "    try:\n"
+			   "        if 'userfaultfd' in os.readlink('/proc/self/fd/%d' % fd): os.dup2(0, fd)\n"
+			   "    except OSError: pass\n"
+			   "    if fd > 2:\n"
+			   "        try: os.close(fd)\n"
+			   "        except OSError: pass\n"
+			   "h = hashlib.sha256()\n"
+			   "for b in x: h.update(b)\n"
+			   "y = [(b'%08d' % i) * 512 for i in range(30000)]\n"
+			   "print(h.hexdigest(), hashlib.sha256(b''.join(y)).hexdigest())\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("48M", cmd, true);
+
+	snprintf(line, sizeof(line), "a=($(seq 1 300000)); exec 6>%s/fd6 7<%s; s=0; "
+		 "for x in \"${a[@]}\"; do s=$((s+x)); done; echo $s ${#a[@]}", tmpdir, script);
+	char *sh[] = { "/bin/bash", "-c", line, NULL };
+	same_output("16M", sh, true);
+}
+
+/*
  * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
  * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
  * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
@@ -928,7 +963,7 @@ static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(locked_memory),
-	T(address_space_limits), T(node_map),
+	T(address_space_limits), T(descriptors_taken), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

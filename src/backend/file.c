@@ -54,6 +54,7 @@
 #include "backend/seal.h"
 #include "util/alloc.h"
 #include "util/err.h"
+#include "util/fd.h"
 
 #define SECTOR           512u
 #define SECTORS_PER_PAGE (PAGE_SIZE / SECTOR)
@@ -494,6 +495,12 @@ static int ring_run(struct io_uring *ring, const struct fio *io, size_t n)
 	return ret;
 }
 
+static void ring_exit(struct io_uring *ring)
+{
+	fd_forget(ring->ring_fd);
+	io_uring_queue_exit(ring);
+}
+
 static int ring_setup(struct io_uring *ring, unsigned entries, int fd)
 {
 	int ret = io_uring_queue_init(entries, ring, IORING_SETUP_COOP_TASKRUN);
@@ -502,9 +509,10 @@ static int ring_setup(struct io_uring *ring, unsigned entries, int fd)
 		ret = io_uring_queue_init(entries, ring, 0);
 	if (ret)
 		return ret;
+	ring->ring_fd = ring->enter_ring_fd = fd_keep(ring->ring_fd);
 	ret = io_uring_register_files(ring, &fd, 1);
 	if (ret)
-		io_uring_queue_exit(ring);
+		ring_exit(ring);
 	return ret;
 }
 
@@ -545,7 +553,7 @@ static void file_free(struct file_tier *f)
 		struct fctx *x = &f->ctx[i];
 
 		if (x->bounce) {
-			io_uring_queue_exit(&x->ring);
+			ring_exit(&x->ring);
 			uunreserve(x->bounce, FC_BYTES);
 			codec_dctx_destroy(&x->dctx);
 			pthread_mutex_destroy(&x->lock);
@@ -553,12 +561,12 @@ static void file_free(struct file_tier *f)
 	}
 	ufree(f->ctx);
 	if (f->wb_buf) {
-		io_uring_queue_exit(&f->wb_ring);
+		ring_exit(&f->wb_ring);
 		uunreserve(f->wb_buf, WB_BYTES);
 	}
 	uunreserve(f->st_buf, (size_t)ST_PAGES * PAGE_SIZE);
 	if (f->win[0].buf) {
-		io_uring_queue_exit(&f->ra_ring);
+		ring_exit(&f->ra_ring);
 		uunreserve(f->win[0].buf, 2 * RA_STREAMS * FC_BYTES);
 	}
 	uunreserve(f->cl, (size_t)f->nr_clusters * sizeof(struct fcluster));
@@ -567,8 +575,7 @@ static void file_free(struct file_tier *f)
 		ufree(f->seal);
 	}
 	uunreserve(f->tags, f->nr_slots * sizeof(*f->tags));
-	if (f->fd >= 0)
-		close(f->fd);
+	fd_close(f->fd);
 	ufree(f);
 }
 
@@ -622,6 +629,7 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		return err_set(ret, "file: cannot open '%s' with O_DIRECT: %s", path[0] ? path : "a tmpfile",
 			       strerror(-ret));
 	}
+	f->fd = fd_keep(f->fd);
 	f->nr_slots = size / PAGE_SIZE;
 	if (f->nr_slots > FH_MAX_SLOTS)
 		f->nr_slots = FH_MAX_SLOTS;

@@ -22,6 +22,7 @@
 #include "mm/mm.h"
 #include "mm/uffd.h"
 #include "util/err.h"
+#include "util/fd.h"
 
 #define DEFAULT_FAULT_AROUND 16
 #define DEFAULT_INACTIVE_PCT 12
@@ -239,18 +240,12 @@ static void fork_child(void)
 	 * then (a shell's pipes), and must not be closed again.
 	 */
 	for (struct uswap_mm *m = mm_list; m; m = m->next_mm) {
-		if (m->uffd >= 0)
-			close(m->uffd);
-		if (m->uffd_shadow >= 0)
-			close(m->uffd_shadow);
-		if (m->stop_fd >= 0)
-			close(m->stop_fd);
-		if (m->pidfd >= 0)
-			close(m->pidfd);
-		if (m->pagemap_fd >= 0)
-			close(m->pagemap_fd);
-		if (m->maps_fd >= 0)
-			close(m->maps_fd);
+		fd_close(m->uffd);
+		fd_close(m->uffd_shadow);
+		fd_close(m->stop_fd);
+		fd_close(m->pidfd);
+		fd_close(m->pagemap_fd);
+		fd_close(m->maps_fd);
 		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
 	}
 	fault_sigbus_child();
@@ -335,18 +330,12 @@ static void mm_free(struct uswap_mm *m)
 		region_table_destroy(m);
 	if (m->swap)
 		uswap_destroy(m->swap);
-	if (m->uffd > 0)
-		close(m->uffd);
-	if (m->uffd_shadow > 0)
-		close(m->uffd_shadow);
-	if (m->stop_fd > 0)
-		close(m->stop_fd);
-	if (m->pidfd >= 0)
-		close(m->pidfd);
-	if (m->pagemap_fd >= 0)
-		close(m->pagemap_fd);
-	if (m->maps_fd >= 0)
-		close(m->maps_fd);
+	fd_close(m->uffd);
+	fd_close(m->uffd_shadow);
+	fd_close(m->stop_fd);
+	fd_close(m->pidfd);
+	fd_close(m->pagemap_fd);
+	fd_close(m->maps_fd);
 	pthread_mutex_destroy(&m->reclaim_lock);
 	pthread_mutex_destroy(&m->ev_lock);
 	pthread_mutex_destroy(&m->kick_lock);
@@ -380,9 +369,9 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->fault_around = fa;
 	m->uffd = m->uffd_shadow = m->stop_fd = -1;
 	/* Both are optional: without them reclaim releases and moves pages one range at a time. */
-	m->pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
-	m->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	m->maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	m->pidfd = fd_keep((int)syscall(SYS_pidfd_open, m->pid, 0));
+	m->pagemap_fd = fd_keep(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+	m->maps_fd = fd_keep(open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
 	pthread_mutex_init(&m->reclaim_lock, NULL);
 	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
@@ -399,11 +388,13 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 			&m->uffd);
 	if (ret)
 		goto out_free;
+	m->uffd = fd_keep(m->uffd);
 	/* Shadow ranges: a touch of an empty shadow page is a bug; SIGBUS says so instead of hanging. */
 	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_SIGBUS, &m->uffd_shadow);
 	if (ret)
 		goto out_free;
-	m->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	m->uffd_shadow = fd_keep(m->uffd_shadow);
+	m->stop_fd = fd_keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	ret = -ENOMEM;
 	/* In SIGBUS mode the handlers only apply events: one is enough. */
 	m->nr_handlers = o && o->nr_threads ? o->nr_threads : m->sigbus ? 1 : (unsigned)(ncpu > 0 ? ncpu : 1);

@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -47,6 +48,7 @@
 #include <unistd.h>
 
 #include "uswap.h"
+#include "util/fd.h"
 #include "util/live.h"
 
 #define DEFAULT_TIERS "same,zpool:lz4,file"
@@ -611,6 +613,64 @@ int munlockall(void)
 	return (int)syscall(SYS_munlockall);
 }
 
+/* ---- descriptors the library keeps (util/fd.h) ---- */
+
+/*
+ * A close-all loop (daemons, closefrom(), close_range()) leaves the instance's descriptors open, and
+ * a dup2() onto one fails with EBUSY (as when it races with an open()). They sit high in the table,
+ * so a program picking small numbers (a shell's `exec 6>file`) never meets them.
+ */
+typedef int (*close_fn)(int);
+static close_fn real_close;
+
+int close(int fd)
+{
+	if (!t_internal && fd_kept(fd))
+		return 0;
+	if (!real_close)
+		real_close = (close_fn)dlsym(RTLD_NEXT, "close");
+	return real_close ? real_close(fd) : (int)syscall(SYS_close, fd);
+}
+
+int close_range(unsigned first, unsigned last, int flags)
+{
+	if (!t_internal && !(flags & CLOSE_RANGE_CLOEXEC)) {
+		/* the gaps between kept descriptors, one call each */
+		for (int k; first <= last && first < INT_MAX && (k = fd_kept_from((int)first)) >= 0 &&
+			    (unsigned)k <= last;
+		     first = (unsigned)k + 1) {
+			if ((unsigned)k > first && syscall(SYS_close_range, first, (unsigned)k - 1, flags))
+				return -1;
+		}
+		if (first > last)
+			return 0;
+	}
+	return (int)syscall(SYS_close_range, first, last, flags);
+}
+
+void closefrom(int low)
+{
+	close_range((unsigned)(low < 0 ? 0 : low), ~0u, 0);
+}
+
+int dup2(int old, int new)
+{
+	if (!t_internal && old != new && fd_kept(new)) {
+		errno = EBUSY;
+		return -1;
+	}
+	return (int)syscall(SYS_dup2, old, new);
+}
+
+int dup3(int old, int new, int flags)
+{
+	if (!t_internal && old != new && fd_kept(new)) {
+		errno = EBUSY;
+		return -1;
+	}
+	return (int)syscall(SYS_dup3, old, new, flags);
+}
+
 /* ---- threads the library starts carry the mark ---- */
 
 struct tramp {
@@ -631,6 +691,7 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 {
 	if (!real_pthread_create)
 		real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	real_close = (close_fn)dlsym(RTLD_NEXT, "close");
 	if (!t_internal)
 		return real_pthread_create(th, attr, fn, arg);
 	struct tramp *t = __libc_malloc(sizeof(*t));
