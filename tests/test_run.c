@@ -556,6 +556,30 @@ static void descriptors_taken(void)
 }
 
 /*
+ * A buffer grown 64 KiB at a time to 128 MB with realloc() (python3 through ctypes), under 32M: its
+ * pages are swapped while the block moves (twice its size each time it outgrows itself), and every
+ * byte must arrive.
+ */
+static void realloc_growth(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/grow.py", tmpdir);
+	write_file(script, "import ctypes, hashlib\n"
+			   "libc = ctypes.CDLL(None)\n"
+			   "libc.realloc.restype = ctypes.c_void_p\n"
+			   "libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
+			   "p, n = None, 0\n"
+			   "for i in range(2048):\n"
+			   "    p = libc.realloc(p, n + 65536)\n"
+			   "    ctypes.memmove(p + n, (b'%08d' % i) * 8192, 65536)\n"
+			   "    n += 65536\n"
+			   "print(n, hashlib.sha256(ctypes.string_at(p, n)).hexdigest())\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("32M", cmd, true);
+}
+
+/*
  * node (V8): its heap is a PROT_NONE reservation made read-write 256 KB at a time, with guard pages
  * and MADV_DONTFORK; a Map of 200K objects under 32M must give the same output, with the heap swapped
  * (more pages evicted than the limit holds). Once, the first touch next to a guard page looped for ever.
@@ -963,7 +987,8 @@ static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
 	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(locked_memory),
-	T(address_space_limits), T(descriptors_taken), T(node_map),
+	T(address_space_limits), T(descriptors_taken), T(realloc_growth),
+	T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 
