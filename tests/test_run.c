@@ -556,25 +556,41 @@ static void descriptors_taken(void)
 }
 
 /*
- * A buffer grown 64 KiB at a time to 128 MB with realloc() (python3 through ctypes), under 32M: its
- * pages are swapped while the block moves (twice its size each time it outgrows itself), and every
- * byte must arrive.
+ * Big blocks, python3 through ctypes, under 32M: a buffer grown 64 KiB at a time to 128 MB with
+ * realloc() (its pages are swapped while the block moves: twice its size each time it outgrows
+ * itself), every byte must arrive; then blocks of 1-4 MB (freed into the cache of big blocks) and of
+ * 24-64 MB (dropped when freed) filled, freed and calloc()'d again at odd sizes must read as zero
+ * (calloc drops the whole pages instead of writing them).
  */
-static void realloc_growth(void)
+static void big_blocks(void)
 {
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/grow.py", tmpdir);
 	write_file(script, "import ctypes, hashlib\n"
 			   "libc = ctypes.CDLL(None)\n"
-			   "libc.realloc.restype = ctypes.c_void_p\n"
+			   "for f in (libc.realloc, libc.calloc, libc.malloc): f.restype = ctypes.c_void_p\n"
 			   "libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
+			   "libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]\n"
+			   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
+			   "libc.free.argtypes = [ctypes.c_void_p]\n"
 			   "p, n = None, 0\n"
 			   "for i in range(2048):\n"
 			   "    p = libc.realloc(p, n + 65536)\n"
 			   "    ctypes.memmove(p + n, (b'%08d' % i) * 8192, 65536)\n"
 			   "    n += 65536\n"
-			   "print(n, hashlib.sha256(ctypes.string_at(p, n)).hexdigest())\n");
+			   "print(n, hashlib.sha256(ctypes.string_at(p, n)).hexdigest())\n"
+			   "libc.free(p)\n"
+			   "bad = 0\n"
+			   "for r in range(12):\n"
+			   "    m = ((1 << 20) + r * (300 << 10) if r % 2 else (24 << 20) + r * (4 << 20)) + r * 1237\n"
+			   "    q = libc.malloc(m)\n"
+			   "    ctypes.memset(q, 0x5a, m)\n"
+			   "    libc.free(q)\n"
+			   "    z = libc.calloc(1, m - r * 100)\n"
+			   "    bad += (m - r * 100) - ctypes.string_at(z, m - r * 100).count(0)\n"
+			   "    libc.free(z)\n"
+			   "print('nonzero bytes', bad)\n");
 	char *cmd[] = { "/usr/bin/python3", script, NULL };
 	same_output("32M", cmd, true);
 }
@@ -984,11 +1000,10 @@ static int cleanup_dir(void)
 }
 
 static const struct test tests[] = {
-	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(python_dict),
-	T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain), T(locked_memory),
-	T(address_space_limits), T(descriptors_taken), T(realloc_growth),
-	T(node_map),
+	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
+	T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
+	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
+	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

@@ -28,7 +28,8 @@ static uint64_t default_max_pages(void)
 {
 	struct rlimit rl;
 
-	if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / PAGE_SIZE * 4 < DEFAULT_MAX_PAGES)
+	if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / PAGE_SIZE * 4 < DEFAULT_MAX_PAGES)
 		return rl.rlim_cur / PAGE_SIZE * 4;
 	return DEFAULT_MAX_PAGES;
 }

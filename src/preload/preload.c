@@ -341,6 +341,25 @@ void *malloc(size_t n)
 	return p ? p : __libc_malloc(n); /* past the arena: glibc's heap */
 }
 
+/*
+ * Zero a big block without writing its whole pages: they are dropped (they read as zero and cost
+ * nothing until touched), only the partial pages at its ends are written. mimalloc does not know
+ * that memory a freed block gave back (discard_block()) is zero, and would write every page of it:
+ * a program calloc()ing and freeing 512 MB six times, touching a page per MiB, took 9.3 s and 700K
+ * evictions under 64M, 0.12 s plainly (glibc's calloc gets fresh pages from mmap()).
+ */
+static void *zero_block(void *p, size_t n)
+{
+	uintptr_t a = ((uintptr_t)p + PAGE_BYTES - 1) & ~(uintptr_t)(PAGE_BYTES - 1);
+	uintptr_t b = ((uintptr_t)p + n) & ~(uintptr_t)(PAGE_BYTES - 1);
+
+	if (b <= a || madvise((void *)a, b - a, MADV_DONTNEED))
+		return memset(p, 0, n);
+	memset(p, 0, a - (uintptr_t)p);
+	memset((void *)b, 0, (uintptr_t)p + n - b);
+	return p;
+}
+
 void *calloc(size_t a, size_t b)
 {
 	void *p;
@@ -349,11 +368,15 @@ void *calloc(size_t a, size_t b)
 		return __libc_calloc(a, b);
 	bool fits = b && a <= SIZE_MAX / b; /* else mi_calloc() refuses it */
 
-	if (fits) {
+	if (fits && a * b >= DISCARD_MIN) {
 		child_alloc(a * b);
-		if (a * b >= DISCARD_MIN && (p = cache_take(a * b)))
-			return memset(p, 0, a * b);
+		p = cache_take(a * b);
+		if (!p && !(p = mi_malloc(a * b)) && grow_arena(a * b, true))
+			p = mi_malloc(a * b);
+		return p ? zero_block(p, a * b) : __libc_calloc(a, b);
 	}
+	if (fits)
+		child_alloc(a * b);
 	p = mi_calloc(a, b);
 	if (!p && fits && grow_arena(a * b, true))
 		p = mi_calloc(a, b);

@@ -58,7 +58,8 @@ void fd_close(int fd)
 
 bool fd_kept(int fd)
 {
-	return fd >= 0 && fd < FD_TRACK && (atomic_load_explicit(&kept[fd / 64], memory_order_relaxed) >> (fd % 64) & 1);
+	return fd >= 0 && fd < FD_TRACK &&
+	       (atomic_load_explicit(&kept[fd / 64], memory_order_relaxed) >> (fd % 64) & 1);
 }
 
 int fd_kept_from(int from)
