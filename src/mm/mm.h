@@ -97,8 +97,17 @@ struct mm_region {
 	uint64_t seq;         /* creation order: events read before it was made do not apply to it */
 	size_t nr_pages, nr_folios;
 	uint64_t *pages;          /* nr_pages words, mm memory (never a registered range) */
+	_Atomic uint64_t *groups; /* bit g: folios [g, g + 1) * FOLIO_GROUP may hold a present or shadow page */
 	_Atomic uint32_t *folios; /* nr_folios words */
 };
+
+/*
+ * Folios per bit of mm_region.groups. A set bit is a hint (the hands clear it when they find the
+ * group empty), a clear one is a promise: folio_summarize() sets it whenever a folio of the group
+ * has a present or shadow page. The hands skip empty groups, so a sparse mapping of hundreds of GiB
+ * costs them a bit per 64 folios, not a word per folio.
+ */
+#define FOLIO_GROUP 64
 
 static inline size_t region_page(const struct mm_region *r, uintptr_t addr)
 {

@@ -378,6 +378,42 @@ static size_t front_demote(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 }
 
 /*
+ * Whether the folios of @r from @fi on (a group's first, or a group word's first with @word) hold no
+ * present or shadow page: a clear bit says so; a set one is checked, and cleared when the group is
+ * empty, then the folios are looked at again (folio_summarize() sets the bit after the folio word).
+ */
+static bool group_empty(struct mm_region *r, size_t fi)
+{
+	_Atomic uint64_t *g = &r->groups[fi / FOLIO_GROUP / 64];
+	uint64_t bit = 1ull << (fi / FOLIO_GROUP % 64);
+	size_t end = fi + FOLIO_GROUP < r->nr_folios ? fi + FOLIO_GROUP : r->nr_folios;
+
+	if (!(atomic_load(g) & bit))
+		return true;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t f = fi; f < end; f++)
+			if (atomic_load(&r->folios[f]) & (FL_PRESENT | FL_SHADOW)) {
+				if (pass)
+					atomic_fetch_or(g, bit);
+				return false;
+			}
+		if (!pass)
+			atomic_fetch_and(g, ~bit);
+	}
+	return true;
+}
+
+/* Folios a hand at folio @fi of @r may skip at once: a word of empty groups, an empty group, or 0. */
+static size_t hand_skip(struct mm_region *r, size_t fi)
+{
+	if (fi % FOLIO_GROUP)
+		return 0;
+	if (!(fi % (64 * FOLIO_GROUP)) && !atomic_load(&r->groups[fi / FOLIO_GROUP / 64]))
+		return 64 * FOLIO_GROUP;
+	return group_empty(r, fi) ? FOLIO_GROUP : 0;
+}
+
+/*
  * Advance a hand over up to @max_scan folios or until @want pages were handled. @front: demote
  * present folios not referenced since the last pass; else evict inactive folios.
  */
@@ -403,6 +439,17 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 		while (chunk < LOCK_CHUNK && chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO &&
 		       res->pages < want && scanned < max_scan) {
 			struct mm_region *r = m->tbl[ri];
+			size_t skip = hand_skip(r, fi);
+
+			if (skip) {
+				passed++;
+				chunk_passed++;
+				if ((fi += skip) >= r->nr_folios) {
+					ri = ri + 1 == m->nr_regions ? 0 : ri + 1;
+					fi = 0;
+				}
+				continue;
+			}
 			_Atomic uint32_t *f = &r->folios[fi];
 			uint32_t v = atomic_load(f);
 			bool acts = v & (front ? FL_PRESENT : FL_SHADOW); /* resident / inactive */

@@ -126,6 +126,14 @@ void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi)
 	/* Others change only the lock and reference bits of the word meanwhile. */
 	old = atomic_fetch_and(&r->folios[fi], ~(FL_PRESENT | FL_SHADOW | FL_SWAPPED | FL_COUNTS) | set);
 	atomic_fetch_or(&r->folios[fi], set);
+	if (set & (FL_PRESENT | FL_SHADOW)) {
+		/* after the folio word: a hand that clears the bit and looks again sees one or the other */
+		_Atomic uint64_t *g = &r->groups[fi / FOLIO_GROUP / 64];
+		uint64_t bit = 1ull << (fi / FOLIO_GROUP % 64);
+
+		if (!(atomic_load(g) & bit))
+			atomic_fetch_or(g, bit);
+	}
 	/* Unsigned sums: a difference below zero wraps and comes back with the other terms. */
 	if (swapped != fl_swapped(old))
 		atomic_fetch_add(&m->swapped, (uint64_t)swapped - fl_swapped(old));
@@ -183,7 +191,8 @@ void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t en
 			madvise((void *)region_shadow(r, i - run), run * MM_PAGE, MADV_DONTNEED);
 			run = 0;
 		}
-		r->pages[i] = 0;
+		if (r->pages[i]) /* a sparse region's untouched words stay untouched memory */
+			r->pages[i] = 0;
 	}
 	if (run)
 		madvise((void *)region_shadow(r, end - run), run * MM_PAGE, MADV_DONTNEED);
@@ -210,10 +219,15 @@ int region_table_init(struct uswap_mm *m)
 	return 0;
 }
 
+static size_t nr_groups_words(size_t nr_folios)
+{
+	return (nr_folios + 64 * FOLIO_GROUP - 1) / (64 * FOLIO_GROUP);
+}
+
 static size_t region_mem_bytes(size_t nr_pages, size_t nr_folios)
 {
 	return round_page(sizeof(struct mm_region) + nr_pages * sizeof(uint64_t) +
-			  nr_folios * sizeof(uint32_t));
+			  nr_groups_words(nr_folios) * sizeof(uint64_t) + nr_folios * sizeof(uint32_t));
 }
 
 /* The region's pages leave the instance's totals (its slices, if any, were counted when made). */
@@ -321,7 +335,8 @@ static struct mm_region *region_alloc(struct uswap_mm *m, uintptr_t start, uintp
 	r->nr_pages = nr_pages;
 	r->nr_folios = nr_folios;
 	r->pages = (uint64_t *)(r + 1);
-	r->folios = (_Atomic uint32_t *)(r->pages + nr_pages);
+	r->groups = (_Atomic uint64_t *)(r->pages + nr_pages);
+	r->folios = (_Atomic uint32_t *)(r->groups + nr_groups_words(nr_folios));
 	r->seq = atomic_fetch_add(&m->seq, 1) + 1;
 	return r;
 }
