@@ -171,7 +171,7 @@ struct uswap_mm_options {
 	uint64_t limit_bytes;          /* resident limit of all regions (0: none) */
 	const char *tiers;             /* tier string of the swap layer, see uswap_create() */
 	size_t folio_bytes;            /* default folio of regions: 4 KiB..2 MiB, a power of two (4 KiB) */
-	unsigned nr_threads;           /* fault handler threads (one per online CPU, each pinned to it) */
+	unsigned nr_threads;           /* fault handler threads (one per CPU this process may use, up to 8; pinned) */
 	unsigned fault_around_pages;   /* a first touch zero-fills up to this many untouched pages (16; 1 off) */
 	unsigned inactive_percent;     /* share of the limit kept inactive for second chances (12) */
 	uint64_t max_swap_pages;       /* the swap layer's descriptor capacity (its default) */

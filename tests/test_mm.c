@@ -3,7 +3,11 @@
  * the resident limit and checks each page against a checksum kept outside the regions.
  * Skips (77) when userfaultfd is not available for kernel-mode faults or the kernel is too old.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -641,6 +645,65 @@ static void test_mm_sigbus_foreign(void)
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
-CHECK_MAIN(T(test_mm_basic), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge), T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
+/*
+ * The fault handlers follow the CPUs the process may use (taskset, a container's cpuset), not all
+ * the machine's: created on one CPU, the instance has one handler, pinned there, and it serves.
+ * Before, one handler per online CPU was pinned to CPUs 0..n-1 whatever the mask.
+ */
+static void test_mm_cpu_affinity(void)
+{
+	const size_t n = 2048; /* 8 MiB under a 2 MiB limit */
+	cpu_set_t old, one, got;
+	unsigned handlers = 0, wrong = 0;
+	int cpu = -1;
+	struct uswap_mm *m;
+	unsigned char *p;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	DIR *d;
+	struct dirent *e;
+
+	CHECK_EQ(sched_getaffinity(0, sizeof(old), &old), 0);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &old))
+			cpu = c; /* the last one: not CPU 0 where there are two */
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	CHECK_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+	m = mm_new(2 * MiB, TIERS, 0);
+	CHECK_EQ(sched_setaffinity(0, sizeof(old), &old), 0);
+	if (!m)
+		goto out;
+	d = opendir("/proc/self/task");
+	CHECK(d != NULL);
+	while (d && (e = readdir(d))) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, "uswap-fault", 11)) {
+			handlers++;
+			if (sched_getaffinity(atoi(e->d_name), sizeof(got), &got) || !CPU_EQUAL(&got, &one))
+				wrong++;
+		}
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	CHECK_EQ(handlers, 1);
+	CHECK_EQ(wrong, 0);
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+out:
+	free(sums);
+}
+
+CHECK_MAIN(T(test_mm_basic), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
+	   T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
 	   T(test_mm_sigbus_foreign))

@@ -1034,14 +1034,21 @@ void mm_settle(struct uswap_mm *m)
 
 int fault_start(struct uswap_mm *m)
 {
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int cpu = -1;
 
 	for (unsigned i = 0; i < m->nr_handlers; i++) {
 		struct mm_handler *h = &m->handlers[i];
 		int ret;
 
 		h->m = m;
-		h->cpu = ncpu > 0 ? (int)(i % (unsigned)ncpu) : -1;
+		h->cpu = -1;
+		for (int k = 0; CPU_COUNT(&m->cpus) && k < CPU_SETSIZE; k++) {
+			cpu = (cpu + 1) % CPU_SETSIZE;
+			if (CPU_ISSET(cpu, &m->cpus)) {
+				h->cpu = cpu;
+				break;
+			}
+		}
 		ret = pthread_create(&h->th, NULL, handler_main, h);
 		if (ret)
 			return -ret;

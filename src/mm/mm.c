@@ -343,11 +343,28 @@ static void mm_free(struct uswap_mm *m)
 	mm_unmap_mem(m, sizeof(*m));
 }
 
+/*
+ * The CPUs this process may run on (taskset, a container's cpuset), not all the machine's: the
+ * handlers are pinned to these, one each. Return: how many (at least 1; @set empty if unknown).
+ */
+static unsigned mm_cpus(cpu_set_t *set)
+{
+	long n;
+
+	CPU_ZERO(set);
+	if (!sched_getaffinity(0, sizeof(*set), set) && CPU_COUNT(set) > 0)
+		return (unsigned)CPU_COUNT(set);
+	CPU_ZERO(set);
+	n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
 int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 {
 	struct uswap_options so = {0};
 	struct uswap_mm *m;
-	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t m_cpus;
+	unsigned ncpu = mm_cpus(&m_cpus);
 	unsigned fa = o && o->fault_around_pages ? o->fault_around_pages : DEFAULT_FAULT_AROUND;
 	unsigned shift = 0;
 	int ret;
@@ -397,7 +414,11 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->stop_fd = fd_keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	ret = -ENOMEM;
 	/* In SIGBUS mode the handlers only apply events: one is enough. */
-	m->nr_handlers = o && o->nr_threads ? o->nr_threads : m->sigbus ? 1 : (unsigned)(ncpu > 0 ? ncpu : 1);
+	m->cpus = m_cpus;
+	if (o && o->nr_threads)
+		m->nr_handlers = o->nr_threads;
+	else
+		m->nr_handlers = m->sigbus ? 1 : ncpu < MM_HANDLERS_MAX ? ncpu : MM_HANDLERS_MAX;
 	m->handlers = mm_map_mem(m->nr_handlers * sizeof(*m->handlers));
 	m->zero =
 		(void *)syscall(SYS_mmap, NULL, MM_FOLIO_MAX, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -411,7 +432,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 		if (!(m->handlers[i].stage = mm_map_mem(MM_FOLIO_MAX)))
 			goto out_free;
 	/* Faulting threads (SIGBUS mode) and prefaults beyond this many wait for a buffer (address space, touched as used). */
-	m->nr_stages = m->sigbus ? 2 * (unsigned)(ncpu > 0 ? ncpu : 1) + 2 : 2;
+	m->nr_stages = m->sigbus ? 2 * ncpu + 2 : 2;
 	m->stages = mm_map_mem(m->nr_stages * sizeof(*m->stages));
 	m->stage_busy = mm_map_mem(m->nr_stages * sizeof(*m->stage_busy));
 	if (!m->stages || !m->stage_busy)

@@ -24,6 +24,7 @@
 #define USWAP_MM_MM_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,6 +37,12 @@
 #define MM_PAGE_SHIFT      12
 #define MM_FOLIO_MAX_SHIFT 9 /* 512 pages, 2 MiB */
 #define MM_FOLIO_MAX       (MM_PAGE << MM_FOLIO_MAX_SHIFT)
+/*
+ * Default handler threads at most: every handler in poll() wakes on each fault (the uffd's wait
+ * queue is not exclusive) and one read takes it, so on a large machine a handler per CPU would wake
+ * dozens of threads per fault.
+ */
+#define MM_HANDLERS_MAX 8
 
 enum { PG_NONE = 0, PG_PRESENT = 1, PG_SHADOW = 2, PG_SWAPPED = 3 };
 #define PG_KIND_MASK 3ull
@@ -217,6 +224,7 @@ struct uswap_mm {
 
 	struct mm_handler *handlers;
 	unsigned nr_handlers;
+	cpu_set_t cpus; /* the process's CPUs at create, handlers pinned to them in turn; empty: unpinned */
 	/*
 	 * SIGBUS mode (uswap_mm_options.sigbus_mode): uffd reports no faults, the faulting thread gets
 	 * SIGBUS and resolves its own fault in fault.c's signal handler, with a staging buffer taken
