@@ -1041,14 +1041,12 @@ int fault_start(struct uswap_mm *m)
 		int ret;
 
 		h->m = m;
-		h->cpu = -1;
-		for (int k = 0; CPU_COUNT(&m->cpus) && k < CPU_SETSIZE; k++) {
-			cpu = (cpu + 1) % CPU_SETSIZE;
-			if (CPU_ISSET(cpu, &m->cpus)) {
-				h->cpu = cpu;
-				break;
-			}
+		if (CPU_COUNT(&m->cpus)) {
+			do
+				cpu = (cpu + 1) % CPU_SETSIZE;
+			while (!CPU_ISSET(cpu, &m->cpus));
 		}
+		h->cpu = cpu;
 		ret = pthread_create(&h->th, NULL, handler_main, h);
 		if (ret)
 			return -ret;

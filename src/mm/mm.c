@@ -363,8 +363,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 {
 	struct uswap_options so = {0};
 	struct uswap_mm *m;
-	cpu_set_t m_cpus;
-	unsigned ncpu = mm_cpus(&m_cpus);
+	unsigned ncpu;
 	unsigned fa = o && o->fault_around_pages ? o->fault_around_pages : DEFAULT_FAULT_AROUND;
 	unsigned shift = 0;
 	int ret;
@@ -382,6 +381,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	if (!m)
 		return -ENOMEM;
 	m->pid = getpid();
+	ncpu = mm_cpus(&m->cpus);
 	m->folio_shift = shift;
 	m->fault_around = fa;
 	m->uffd = m->uffd_shadow = m->stop_fd = -1;
@@ -414,7 +414,6 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->stop_fd = fd_keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
 	ret = -ENOMEM;
 	/* In SIGBUS mode the handlers only apply events: one is enough. */
-	m->cpus = m_cpus;
 	if (o && o->nr_threads)
 		m->nr_handlers = o->nr_threads;
 	else
