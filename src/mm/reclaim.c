@@ -318,6 +318,7 @@ static uintptr_t hand_addr(struct mm_region *r, size_t fi)
 struct hand_result {
 	size_t pages;   /* demoted or evicted */
 	size_t touched; /* folios whose reference bit was cleared: progress of a kind */
+	size_t met;     /* folios the hand could act on (resident / inactive), whatever came of it */
 	uintptr_t cow[MAX_COW];
 	size_t cow_len[MAX_COW];
 	unsigned nr_cow;
@@ -467,6 +468,7 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			} else {
 				scanned++;
 				chunk++;
+				res->met++;
 			}
 			if (acts && front) {
 				if (v & (FL_PINNED | FL_REF)) {
@@ -514,6 +516,17 @@ static void cow_break(struct hand_result *res)
 }
 
 /*
+ * A round that evicted nothing is dry when the back hand met inactive folios and none went (no tier
+ * takes them), or when nothing at all happened (every folio pinned). One whose back hand spent its
+ * pass budget crossing empty space before it met any folio is not: the next round goes on from there
+ * (over a sparse 512 GiB mapping, treating it as dry stalled direct reclaim while faults went on).
+ */
+static bool round_dry(const struct hand_result *front, const struct hand_result *back)
+{
+	return !back->pages && (back->met || (!front->pages && !front->touched));
+}
+
+/*
  * Direct reclaim (a fault handler over the hard limit) does one round: waiting for the hands is what
  * throttles a program that faults faster than the reclaimer frees, and one round bounds the time the
  * handler serves no faults. A direct round that makes no progress at all (every folio pinned, or no
@@ -523,7 +536,7 @@ static void cow_break(struct hand_result *res)
 static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, bool try)
 {
 	size_t freed = 0;
-	unsigned idle = 0, dry = 0; /* rounds without progress of any kind, and without an eviction */
+	unsigned idle = 0, dry = 0; /* rounds without progress of any kind; dry rounds since an eviction */
 	uint64_t limit = atomic_load(&m->limit);
 
 	if (direct && now_ms() < atomic_load(&m->direct_stall_until_ms))
@@ -561,8 +574,8 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 			cow_break(&front);
 		freed += back.pages;
 		if (direct) {
-			/* Demotions free nothing: a round that evicted nothing (no tier takes pages) stalls. */
-			if (!back.pages)
+			/* Demotions free nothing: a dry round (no tier takes pages) stalls. */
+			if (round_dry(&front, &back))
 				atomic_store(&m->direct_stall_until_ms, now_ms() + DIRECT_STALL_MS);
 			break;
 		}
@@ -572,7 +585,10 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 		 * them again, for ever. Rounds that evict nothing end the run (the reclaimer backs off).
 		 */
 		idle = back.pages || front.pages || front.touched ? 0 : idle + 1;
-		dry = back.pages ? 0 : dry + 1;
+		if (back.pages)
+			dry = 0;
+		else if (round_dry(&front, &back))
+			dry++;
 	}
 	return freed;
 }
