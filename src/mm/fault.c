@@ -685,24 +685,56 @@ static bool folio_untouched(struct mm_region *r, size_t fi)
 }
 
 /*
- * A write to a clean (write-protected) page: its copy is stale from now on. Return: 0 (protection
- * lifted, waiters woken) or -errno.
+ * The copies of folio @fi's clean pages are stale from now on: drop them and lift the folio's write
+ * protection. *had: it had clean pages. Context: folio locked. Return: 0 (waiters woken) or -errno.
  */
-static int fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
+static int folio_unprotect(struct uswap_mm *m, struct mm_region *r, size_t fi, bool *had)
 {
 	size_t first, end;
-	bool had = false;
 
+	*had = false;
 	region_folio_pages(r, fi, &first, &end);
-	for (size_t i = first; i < end && !had; i++)
-		had = pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN);
-	if (had) {
+	for (size_t i = first; i < end && !*had; i++)
+		*had = pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN);
+	if (*had)
 		pages_put_copies(m, r, first, end);
-		if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) > -WP_SCORE_MAX)
-			atomic_fetch_sub_explicit(&m->wp_score, WP_FAULT_COST, memory_order_relaxed);
-	}
-	atomic_fetch_add(&m->c.wp_faults, 1);
 	return uffd_unprotect(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+}
+
+/* A write to a clean (write-protected) page. Return: as folio_unprotect(). */
+static int fault_wp(struct uswap_mm *m, struct mm_region *r, size_t fi)
+{
+	bool had;
+	int ret = folio_unprotect(m, r, fi, &had);
+
+	if (had && atomic_load_explicit(&m->wp_score, memory_order_relaxed) > -WP_SCORE_MAX)
+		atomic_fetch_sub_explicit(&m->wp_score, WP_FAULT_COST, memory_order_relaxed);
+	atomic_fetch_add(&m->c.wp_faults, 1);
+	return ret;
+}
+
+void fault_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end)
+{
+	for (uintptr_t a = start; a < end;) {
+		struct mm_region *r;
+		size_t fi, first, fend;
+		bool had;
+
+		pthread_rwlock_rdlock(&m->tbl_lock);
+		r = region_find(m, a);
+		if (!r) {
+			pthread_rwlock_unlock(&m->tbl_lock);
+			return;
+		}
+		fi = region_folio(r, a);
+		region_folio_pages(r, fi, &first, &fend);
+		folio_lock(&r->folios[fi]);
+		folio_unprotect(m, r, fi, &had);
+		folio_summarize(m, r, fi);
+		folio_unlock(&r->folios[fi]);
+		a = region_addr(r, fend);
+		pthread_rwlock_unlock(&m->tbl_lock);
+	}
 }
 
 /*

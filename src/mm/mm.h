@@ -312,6 +312,13 @@ void mm_settle(struct uswap_mm *m);
 int fault_sigbus_add(struct uswap_mm *m);
 void fault_sigbus_del(struct uswap_mm *m);
 void fault_sigbus_child(void);
+/*
+ * Lift the write protection of the folios over [start, end) of one region as a write fault would
+ * (the copies of their clean pages dropped), before a write the kernel makes for us
+ * (MADV_POPULATE_WRITE): in SIGBUS mode that fails with EFAULT on a protected page. Not counted as
+ * a fault. Context: no lock held.
+ */
+void fault_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 /* uswap_prefault() of [start, end), page aligned. Context: no lock held. Return: 0 or -EAGAIN. */
 int fault_prefault(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 /*
