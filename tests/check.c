@@ -3,8 +3,15 @@
  */
 #include "check.h"
 
+#include <dirent.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/signalfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util/pagegen.h"
 #include "uswap.h"
@@ -84,4 +91,131 @@ void check_tier_stats(struct uswap *u, unsigned t, struct uswap_tier_stats *out)
 
 	uswap_stats(u, &st);
 	*out = st.tier[t];
+}
+
+/* ---- signals the program blocks stay the program's ---- */
+
+static atomic_int handled_signals;
+
+static void count_signal(int sig)
+{
+	(void)sig;
+	atomic_fetch_add(&handled_signals, 1);
+}
+
+struct gate {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool open;
+};
+
+static void *wait_at_gate(void *p)
+{
+	struct gate *g = p;
+
+	pthread_mutex_lock(&g->lock);
+	while (!g->open)
+		pthread_cond_wait(&g->cond, &g->lock);
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* Threads of this process whose SigBlk in /proc lacks a signal of @set; each is named on stderr. */
+static int threads_not_blocking(const sigset_t *set)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int bad = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], line[256], name[32] = "";
+		unsigned long long blk = 0;
+		bool seen = false;
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue; /* a thread that ended meanwhile */
+		while (fgets(line, sizeof(line), f)) {
+			if (!strncmp(line, "Name:", 5))
+				sscanf(line + 5, "%31s", name);
+			if (!strncmp(line, "SigBlk:", 7))
+				seen = sscanf(line + 7, "%llx", &blk) == 1;
+		}
+		fclose(f);
+		for (int sig = 1; seen && sig < 64; sig++)
+			if (sigismember(set, sig) && !(blk & (1ull << (sig - 1)))) {
+				fprintf(stderr, "[%s] thread %s (%s) does not block signal %d\n", check_test, e->d_name,
+					name, sig);
+				bad++;
+				break;
+			}
+	}
+	closedir(d);
+	return bad;
+}
+
+void check_signals_stay_pending(void)
+{
+	struct sigaction sa = { .sa_handler = count_signal }, old1, old2;
+	struct gate g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
+	struct timespec wait_5s = { 5, 0 };
+	sigset_t both, one, old_mask, pending;
+	pthread_t th[2];
+	int started = 0;
+
+	atomic_store(&handled_signals, 0);
+	sigaction(SIGUSR1, &sa, &old1);
+	sigaction(SIGUSR2, &sa, &old2);
+	sigemptyset(&both);
+	sigaddset(&both, SIGUSR1);
+	sigaddset(&both, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &both, &old_mask);
+	for (int i = 0; i < 2; i++) /* they inherit the mask */
+		if (!pthread_create(&th[started], NULL, wait_at_gate, &g))
+			started++;
+	CHECK_EQ(started, 2);
+	CHECK_EQ(threads_not_blocking(&both), 0);
+
+	/* sigwait() of a blocked signal */
+	CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+	sigemptyset(&pending);
+	sigpending(&pending);
+	CHECK(sigismember(&pending, SIGUSR1));
+	sigemptyset(&one);
+	sigaddset(&one, SIGUSR1);
+	CHECK_EQ(sigtimedwait(&one, NULL, &wait_5s), SIGUSR1);
+
+	/* a signalfd of a blocked signal */
+	sigemptyset(&one);
+	sigaddset(&one, SIGUSR2);
+	int fd = signalfd(-1, &one, SFD_CLOEXEC);
+	CHECK(fd >= 0);
+	if (fd >= 0) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		struct signalfd_siginfo si = { 0 };
+
+		CHECK_EQ(kill(getpid(), SIGUSR2), 0);
+		CHECK_EQ(poll(&pfd, 1, 5000), 1);
+		if (pfd.revents & POLLIN)
+			CHECK_EQ(read(fd, &si, sizeof(si)), sizeof(si));
+		CHECK_EQ(si.ssi_signo, SIGUSR2);
+		close(fd);
+	}
+	CHECK_EQ(atomic_load(&handled_signals), 0);
+
+	pthread_mutex_lock(&g.lock);
+	g.open = true;
+	pthread_cond_broadcast(&g.cond);
+	pthread_mutex_unlock(&g.lock);
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+	sigaction(SIGUSR1, &old1, NULL);
+	sigaction(SIGUSR2, &old2, NULL);
 }

@@ -79,6 +79,14 @@ struct uswap *check_layer(const char *spec, int background);
 /* The statistics of tier @t of @u. */
 void check_tier_stats(struct uswap *u, unsigned t, struct uswap_tier_stats *out);
 
+/*
+ * check_signals_stay_pending() - SIGUSR1 and SIGUSR2 blocked in the calling thread and in two threads
+ * it starts (the test's own threads; the library may run any of its own meanwhile): a kill() of the
+ * process leaves them pending, to be taken by sigtimedwait() and by a signalfd, and no handler runs.
+ * A library thread that does not block them takes them instead (and a handler runs there).
+ */
+void check_signals_stay_pending(void);
+
 /* ---- page data of every kind, reproducible from a seed ---- */
 enum page_kind { PK_ZERO, PK_SAME, PK_TEXT, PK_RANDOM, PK_MIXED };
 uint64_t seed_for(uint64_t x);

@@ -106,6 +106,36 @@ static void test_mm_basic(void)
 }
 
 /*
+ * Signals the program blocks stay pending while the instance works (handlers, reclaimer, writeback,
+ * io_uring): none of its threads may take a process-directed signal. Both fault modes.
+ */
+static void signals_blocked_mode(unsigned sigbus)
+{
+	const size_t n = 4096; /* 16 MiB under a 4 MiB limit */
+	struct uswap_mm *m = mm_new_mode(4 * MiB, TIERS, 0, sigbus);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	check_signals_stay_pending();
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	check_signals_stay_pending();
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+static void test_mm_signals_blocked(void)
+{
+	signals_blocked_mode(0);
+	signals_blocked_mode(1);
+}
+
+/*
  * A sparse mapping far bigger than memory (64 GiB, MAP_NORESERVE as uswap_map() makes it) with 6000
  * pages touched at scattered places (4x the 6 MiB limit): the limit holds, and every page reads back.
  * The hands skip the empty groups of folios; when they walked every folio, they stalled in the
@@ -703,7 +733,7 @@ out:
 	free(sums);
 }
 
-CHECK_MAIN(T(test_mm_basic), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
+CHECK_MAIN(T(test_mm_basic), T(test_mm_signals_blocked), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
 	   T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
 	   T(test_mm_sigbus_foreign))

@@ -97,6 +97,26 @@ static void test_redis_roundtrip_through_layer(void)
 	uswap_destroy(u);
 }
 
+/* The tier's I/O thread takes no signal the program blocks. */
+static void test_redis_thread_blocks_signals(void)
+{
+	static unsigned char page[PAGE_SIZE], back[PAGE_SIZE];
+	struct uswap *u;
+	uswap_id_t id;
+	char spec[96];
+
+	CHECK_EQ(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":prefix=sig")), 0);
+	if (!u)
+		return;
+	fill_pages(page, 1, PK_RANDOM, seed_for(7));
+	CHECK_EQ(uswap_store(u, page, 1, &id), 0);
+	check_signals_stay_pending();
+	CHECK_EQ(uswap_load(u, id, back, 1), 0);
+	CHECK_MEM(page, back, PAGE_SIZE);
+	CHECK_EQ(uswap_free(u, id), 0);
+	uswap_destroy(u);
+}
+
 static long long count_keys(redisContext *c, const char *pattern)
 {
 	redisReply *r = redisCommand(c, "KEYS %s", pattern);
@@ -434,6 +454,7 @@ static void test_redis_suite(void)
 	if (rserver_start(&srv, "noeviction", NULL))
 		check_skip("redis-server did not come up");
 	test_redis_roundtrip_through_layer();
+	test_redis_thread_blocks_signals();
 	test_redis_store_allocates_nothing();
 	test_redis_db_option_and_deletes();
 	test_redis_value_swapped_on_server_is_rejected();

@@ -651,6 +651,52 @@ static void threads(void)
 	same_output("32M", cmd, false);
 }
 
+/*
+ * Signals the program blocks in all its threads stay pending while uswap works: taken by sigwait()
+ * (main thread alone, then with three threads that block them too) and by a signalfd; no handler
+ * runs and no default action kills. A uswap thread that took them printed "handler ran" or died.
+ */
+static void blocked_signals(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/signals.py", tmpdir);
+	write_file(script, "import ctypes, hashlib, os, select, signal, struct, threading\n"
+			   "x = bytearray(48 << 20)\n"
+			   "for i in range(0, len(x), 4096): x[i] = 1 + i % 251\n"
+			   "signal.signal(signal.SIGUSR1, lambda s, f: print('handler ran'))\n"
+			   "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM])\n"
+			   "os.kill(os.getpid(), signal.SIGUSR1)\n"
+			   "print('pending:', sorted(signal.sigpending()))\n"
+			   "si = signal.sigtimedwait([signal.SIGUSR1], 5)\n"
+			   "print('sigwait:', si and si.si_signo)\n"
+			   "ev = threading.Event()\n"
+			   "out = [None] * 3\n"
+			   "def work(t):\n"
+			   "    l = [bytes([t + 1]) * 4000 + os.urandom(96) for _ in range(3000)]\n"
+			   "    ev.wait()\n"
+			   "    out[t] = len(b''.join(l))\n"
+			   "th = [threading.Thread(target=work, args=(t,)) for t in range(3)]\n"
+			   "[t.start() for t in th]\n"
+			   "os.kill(os.getpid(), signal.SIGUSR2)\n"
+			   "print('pending:', sorted(signal.sigpending()))\n"
+			   "si = signal.sigtimedwait([signal.SIGUSR2], 5)\n"
+			   "print('sigwait in threads:', si and si.si_signo)\n"
+			   "ev.set()\n"
+			   "[t.join() for t in th]\n"
+			   "print(out)\n"
+			   "libc = ctypes.CDLL(None, use_errno=True)\n"
+			   "mask = (ctypes.c_ulong * 16)()\n"
+			   "mask[0] = 1 << (signal.SIGTERM - 1)\n"
+			   "fd = libc.signalfd(-1, mask, 0)\n"
+			   "os.kill(os.getpid(), signal.SIGTERM)\n"
+			   "r, _, _ = select.select([fd], [], [], 5)\n"
+			   "print('signalfd:', struct.unpack_from('I', os.read(fd, 128))[0] if r else None)\n"
+			   "print(hashlib.sha256(x).hexdigest())\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
 static void status_and_signals_pass_through(void)
 {
 	char *exit7[] = { uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "exit 7", NULL };
@@ -1001,7 +1047,7 @@ static int cleanup_dir(void)
 
 static const struct test tests[] = {
 	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
-	T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
+	T(blocked_signals), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
 	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),

@@ -23,6 +23,7 @@
 #include "backend.h"
 #include "rcluster.h"
 #include "seal.h"
+#include "util/thread.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
@@ -356,10 +357,9 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster)
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_mutex_init(&rt->batch_lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
-	ret = -pthread_create(&rt->thread, NULL, redis_thread, rt);
+	ret = thread_start(&rt->thread, "uswap-redis", redis_thread, rt);
 	if (ret)
 		goto out_free;
-	pthread_setname_np(rt->thread, "uswap-redis");
 	b->priv = rt;
 	return 0;
 out_free:

@@ -14,6 +14,7 @@
 #include "util/alloc.h"
 #include "util/csum.h"
 #include "util/err.h"
+#include "util/thread.h"
 
 /* Writeback starts when a tier with a tier below passes HI of its capacity and stops under LO. */
 #define WB_HI_PCT 95
@@ -241,12 +242,10 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 		{u, order, n / 2, n, tier, 1, u->move_buf2},
 	};
 	pthread_t helper;
-	bool two = n >= SWAPOFF_SPLIT_MIN && !pthread_create(&helper, NULL, swapoff_run, &part[1]);
+	bool two = n >= SWAPOFF_SPLIT_MIN && !thread_start(&helper, "uswap-swapoff", swapoff_run, &part[1]);
 
-	if (two) {
-		pthread_setname_np(helper, "uswap-swapoff");
+	if (two)
 		part[0].to = n / 2;
-	}
 	swapoff_run(&part[0]);
 	if (two)
 		pthread_join(helper, NULL);
@@ -399,11 +398,9 @@ int move_start(struct uswap *u)
 	pthread_cond_destroy(&u->bg_cond);
 	pthread_cond_init(&u->bg_cond, &ca);
 	pthread_condattr_destroy(&ca);
-	ret = -pthread_create(&u->bg, NULL, bg_main, u);
-	if (!ret) {
+	ret = thread_start(&u->bg, "uswap-bg", bg_main, u);
+	if (!ret)
 		u->bg_running = true;
-		pthread_setname_np(u->bg, "uswap-bg");
-	}
 	return ret;
 }
 

@@ -26,6 +26,7 @@
 
 #include "mm/mm.h"
 #include "mm/uffd.h"
+#include "util/thread.h"
 
 static uint64_t now_ns(void)
 {
@@ -1079,10 +1080,9 @@ int fault_start(struct uswap_mm *m)
 			while (!CPU_ISSET(cpu, &m->cpus));
 		}
 		h->cpu = cpu;
-		ret = pthread_create(&h->th, NULL, handler_main, h);
+		ret = thread_start(&h->th, "uswap-fault", handler_main, h);
 		if (ret)
-			return -ret;
-		pthread_setname_np(h->th, "uswap-fault");
+			return ret;
 		h->started = true;
 	}
 	return 0;

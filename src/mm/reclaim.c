@@ -25,6 +25,7 @@
 
 #include "mm/mm.h"
 #include "mm/uffd.h"
+#include "util/thread.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -673,11 +674,10 @@ static void *reclaimer_main(void *arg)
 
 int reclaim_start(struct uswap_mm *m)
 {
-	int ret = pthread_create(&m->reclaimer, NULL, reclaimer_main, m);
+	int ret = thread_start(&m->reclaimer, "uswap-reclaim", reclaimer_main, m);
 
 	if (ret)
-		return -ret;
-	pthread_setname_np(m->reclaimer, "uswap-reclaim");
+		return ret;
 	m->reclaimer_started = true;
 	return 0;
 }

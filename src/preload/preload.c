@@ -50,6 +50,7 @@
 #include "uswap.h"
 #include "util/fd.h"
 #include "util/live.h"
+#include "util/thread.h"
 
 #define DEFAULT_TIERS "same,zpool:lz4,file"
 #define DEFAULT_HEAP (64ull << 30)
@@ -804,7 +805,7 @@ static void live_start(void)
 	snprintf(g_live->tiers, sizeof(g_live->tiers), "%s", g_tiers);
 	g_live->budget_bytes = g_budget;
 	live_update();
-	if (pthread_create(&g_live_thread, NULL, live_main, NULL) == 0)
+	if (thread_start(&g_live_thread, "uswap-live", live_main, NULL) == 0)
 		pthread_detach(g_live_thread);
 }
 
