@@ -112,7 +112,7 @@ static void check_accounting(struct uswap_mm *m)
 	struct uswap_mm_stats st;
 	uint64_t layer = 0, regions = 0, swapped = 0, clean = 0;
 
-	mm_settle(m);
+	uswap_mm_sync(m);
 	for (int tries = 0; tries < 40; tries++) {
 		pthread_mutex_lock(&m->reclaim_lock);
 		uswap_mm_stats(m, &st);
@@ -259,7 +259,7 @@ static void test_mm_munmap_madvise_mremap(void)
 	CHECK_EQ(uswap_unmap(m, p, 2600 * PS), 0);
 	CHECK_EQ(uswap_unmap(m, p + 2800 * PS, (moved0 - 2800) * PS), 0);
 	CHECK_EQ(uswap_unmap(m, p + (moved0 + moved_n) * PS, (n - moved0 - moved_n) * PS), 0);
-	mm_settle(m);
+	uswap_mm_sync(m);
 	uswap_mm_stats(m, &st);
 	CHECK_EQ(st.resident_bytes, 0);
 	CHECK_EQ(st.regions, 0);
@@ -522,7 +522,7 @@ static void test_mm_tier_fails(void)
 	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
 	for (size_t i = 0; i < n; i++)
 		sums[i] = put_page(p + i * PS, i, 0);
-	mm_settle(m);
+	uswap_mm_sync(m);
 	pthread_rwlock_wrlock(&m->tbl_lock); /* no load or store runs while the hooks change */
 	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 100, -EIO, true);
 	backend_inject(testhook_tier(uswap_mm_swap(m), T_ZPOOL), true, 1000, -EIO, true);
@@ -538,7 +538,7 @@ static void test_mm_tier_fails(void)
 	CHECK(ss.tier[T_ZPOOL].errors > 0);
 	CHECK_EQ(st.load_failures, 0);
 	/* Tiers back: the program's pages can leave again. */
-	mm_settle(m);
+	uswap_mm_sync(m);
 	pthread_rwlock_wrlock(&m->tbl_lock);
 	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 0, 0, false);
 	backend_inject(testhook_tier(uswap_mm_swap(m), T_ZPOOL), true, 0, 0, false);
@@ -603,7 +603,7 @@ static void *storm_main(void *arg)
  * Three threads, each in its own part of a region 8x the limit, read, write and MADV_DONTNEED
  * random pages while reclaim demotes and evicts around them: every page read back holds what was
  * last written, or zeros after a DONTNEED. A zap racing with a move is what once made the kernel's
- * UFFDIO_MOVE spin for ever (see mm_move()): the test fails after a deadline instead of hanging.
+ * UFFDIO_MOVE spin for ever (see uffd_move()): the test fails after a deadline instead of hanging.
  */
 static void test_mm_madvise_storm(void)
 {

@@ -1,14 +1,7 @@
 /*
  * mm.c - the public calls of memory regions: create/destroy an instance, map, register, unmap,
- * limits, statistics, and fork.
- *
- * Fork: the kernel gives a fork child none of our registrations (we do not ask for
- * UFFD_EVENT_FORK, which needs CAP_SYS_PTRACE and a parent willing to serve the child forever), so
- * a child would read zeros where the parent's pages are swapped or inactive. pthread_atfork()
- * handlers therefore bring every page of every instance in before fork() (reclaim paused until the
- * parent resumes), and the child closes its copies of our file descriptors and leaves the instance
- * alone; an instance of its own can take over the ranges (uswap_mm_adopt_forked()). The cost is
- * memory: for a moment the parent holds all its pages.
+ * adopt a fork child's ranges, limits, statistics. The files below it, each calling only the ones
+ * after it: fork.c, sigbus.c, fault.c, swapin.c, reclaim.c, region.c, uffd.c (docs/mm.md).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,272 +19,6 @@
 
 #define DEFAULT_FAULT_AROUND 16
 #define DEFAULT_INACTIVE_PCT 12
-
-static pthread_mutex_t mm_list_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct uswap_mm *mm_list;
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-
-static bool in_child(struct uswap_mm *m)
-{
-	return m->pid != getpid();
-}
-
-/* ---- userfaultfd access ---- */
-
-static int uffd_new(int flags)
-{
-	int fd = (int)syscall(SYS_userfaultfd, flags);
-	int dev;
-
-	if (fd >= 0)
-		return fd;
-	if (errno != EPERM && errno != EACCES)
-		return -errno;
-	dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
-	if (dev < 0)
-		return -EPERM;
-	fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
-	close(dev);
-	return fd >= 0 ? fd : -EPERM;
-}
-
-static int uffd_open(__u64 features, int *out)
-{
-	struct uffdio_api api = {.api = UFFD_API, .features = features};
-	int fd = uffd_new(O_CLOEXEC | O_NONBLOCK);
-
-	if (fd == -EPERM)
-		return err_set(-EPERM,
-			       "userfaultfd is not available to this process for kernel-mode faults: "
-			       "vm.unprivileged_userfaultfd is 0 and /dev/userfaultfd cannot be opened "
-			       "(run as root, or set the sysctl to 1, or grant access to /dev/userfaultfd)");
-	if (fd < 0)
-		return err_set(fd, "userfaultfd: %s", strerror(-fd));
-	if (ioctl(fd, UFFDIO_API, &api)) {
-		int e = -errno;
-
-		close(fd);
-		return err_set(e, "UFFDIO_API refused features %#llx: %s", (unsigned long long)features,
-			       strerror(-e));
-	}
-	*out = fd;
-	return 0;
-}
-
-/* What the kernel offers, named when something we need is missing. */
-static int uffd_check(void)
-{
-	static const struct {
-		__u64 bit;
-		const char *what;
-	} need[] = {
-		{UFFD_FEATURE_MOVE, "UFFDIO_MOVE (Linux 6.8)"},
-		{UFFD_FEATURE_PAGEFAULT_FLAG_WP, "write-protection of anonymous memory"},
-		{UFFD_FEATURE_EVENT_REMOVE, "remove events"},
-		{UFFD_FEATURE_EVENT_UNMAP, "unmap events"},
-		{UFFD_FEATURE_EVENT_REMAP, "remap events"},
-		{UFFD_FEATURE_SIGBUS, "SIGBUS mode"},
-	};
-	int fd, ret = uffd_open(0, &fd);
-	struct uffdio_api api = {.api = UFFD_API};
-
-	if (ret)
-		return ret;
-	close(fd);
-	/* The first UFFDIO_API reported nothing back to us: ask a fresh fd for the list. */
-	fd = uffd_new(O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return err_set(fd, "userfaultfd: %s", strerror(-fd));
-	ret = ioctl(fd, UFFDIO_API, &api) ? -errno : 0;
-	close(fd);
-	if (ret)
-		return err_set(ret, "UFFDIO_API: %s", strerror(-ret));
-	for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
-		if (!(api.features & need[i].bit))
-			return err_set(-EOPNOTSUPP, "this kernel's userfaultfd lacks %s", need[i].what);
-	return 0;
-}
-
-/* ---- fork ---- */
-
-/*
- * Whether folio @fi of @r lies in a MADV_DONTFORK range of @dc (sorted; *k: where the search left off,
- * folios are asked in address order): the child does not get it, so it need not come in.
- */
-static bool folio_dontfork(struct mm_region *r, size_t fi, const struct mm_range *dc, size_t n, size_t *k)
-{
-	size_t first, end;
-	uintptr_t a, b;
-
-	region_folio_pages(r, fi, &first, &end);
-	a = region_addr(r, first);
-	b = region_addr(r, end);
-	while (*k < n && dc[*k].end <= a)
-		(*k)++;
-	return *k < n && dc[*k].start <= a && b <= dc[*k].end;
-}
-
-/*
- * The regions as fork() leaves them to the child, for uswap_mm_adopt_forked() there. Context: tbl_lock
- * held. Out of memory: the child finds none.
- */
-static void fork_ranges_save(struct uswap_mm *m)
-{
-	m->nr_fork_ranges = 0;
-	if (m->nr_regions > m->fork_ranges_cap) {
-		size_t cap = (size_t)m->nr_regions * 2;
-		struct mm_range *n = mm_map_mem(cap * sizeof(*n));
-
-		if (!n)
-			return;
-		mm_unmap_mem(m->fork_ranges, m->fork_ranges_cap * sizeof(*n));
-		m->fork_ranges = n;
-		m->fork_ranges_cap = cap;
-	}
-	for (unsigned ri = 0; ri < m->nr_regions; ri++)
-		m->fork_ranges[m->nr_fork_ranges++] = (struct mm_range){m->tbl[ri]->start, m->tbl[ri]->end};
-}
-
-#define DONTFORK_MAX 256
-static void mm_fork_prepare(struct uswap_mm *m)
-{
-	struct mm_range dc[DONTFORK_MAX];
-	size_t ndc = 0;
-
-	atomic_store(&m->forking, 1);
-	pthread_mutex_lock(&m->reclaim_lock);
-	pthread_rwlock_rdlock(&m->tbl_lock);
-	fork_ranges_save(m);
-	/* Swapped memory of vmas the child does not get stays out (a runtime's heap often is one). */
-	if (atomic_load(&m->c.evicted_pages) || atomic_load(&m->inactive))
-		ndc = mm_dontfork_ranges(dc, DONTFORK_MAX);
-	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
-		struct mm_region *r = m->tbl[ri];
-		size_t k = 0;
-
-		for (size_t fi = 0; fi < r->nr_folios; fi++) {
-			size_t first, end, f, nf = 0, k2 = k;
-			uint32_t fl = atomic_load(&r->folios[fi]);
-
-			if (!(fl & (FL_SHADOW | FL_SWAPPED)))
-				continue;
-			if (ndc && folio_dontfork(r, fi, dc, ndc, &k))
-				continue;
-			/*
-			 * Wholly swapped folios come in by runs, one batch of loads each (a swap file reads them
-			 * in one round of I/O instead of one read after another); up to a folio the child does
-			 * not get. They come in as written (copies dropped, mapped writable): after fork they
-			 * are shared with the child, and the reclaimer cannot move one before it has broken
-			 * that sharing with a write, which drops a kept copy anyway (0 of 3,144 pages evicted
-			 * after a fork in test_mm_fork_idle went without a store when they kept them); kept,
-			 * the copies only held swap space, and pool memory inside the limit, until then.
-			 */
-			for (f = fi; f < r->nr_folios && (f - fi) << r->folio_shift < SWAPIN_RUN_MAX; f++) {
-				uint32_t g = atomic_load(&r->folios[f]);
-
-				if ((g & (FL_PRESENT | FL_SHADOW)) || !(g & FL_SWAPPED) ||
-				    (ndc && f > fi && folio_dontfork(r, f, dc, ndc, &k2)))
-					break;
-			}
-			if (f > fi + 1 && swapin_run(m, m->fork_stage, r, fi, (f - fi) << r->folio_shift, false, &nf) &&
-			    nf) {
-				fi += nf - 1; /* the next folio goes by the loop: a run again, or one at a time */
-				continue;
-			}
-			folio_lock(&r->folios[fi]);
-			for (int tries = 0; tries < 1000; tries++) {
-				if (fault_folio_in(m, m->fork_stage, r, fi, true, false) != -EAGAIN)
-					break;
-				sched_yield();
-			}
-			region_folio_pages(r, fi, &first, &end);
-			folio_unlock(&r->folios[fi]);
-			uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
-		}
-	}
-	pthread_rwlock_unlock(&m->tbl_lock);
-}
-
-static void mm_fork_parent(struct uswap_mm *m)
-{
-	pthread_mutex_unlock(&m->reclaim_lock);
-	atomic_store(&m->forking, 0);
-	if (atomic_load(&m->resident) > atomic_load(&m->high))
-		reclaim_kick(m);
-}
-
-static void fork_prepare(void)
-{
-	pthread_mutex_lock(&mm_list_lock);
-	for (struct uswap_mm *m = mm_list; m; m = m->next_mm)
-		if (!in_child(m))
-			mm_fork_prepare(m);
-}
-
-static void fork_parent(void)
-{
-	for (struct uswap_mm *m = mm_list; m; m = m->next_mm)
-		if (!in_child(m))
-			mm_fork_parent(m);
-	pthread_mutex_unlock(&mm_list_lock);
-}
-
-/* The child's memory is plain now; its copies of our fds would keep the parent's uffds alive. */
-static void fork_child(void)
-{
-	/*
-	 * A child of a child finds the fds already closed (-1): their numbers may have been reused by
-	 * then (a shell's pipes), and must not be closed again.
-	 */
-	for (struct uswap_mm *m = mm_list; m; m = m->next_mm) {
-		fd_close(m->uffd);
-		fd_close(m->uffd_shadow);
-		fd_close(m->stop_fd);
-		fd_close(m->pidfd);
-		fd_close(m->pagemap_fd);
-		fd_close(m->maps_fd);
-		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
-	}
-	fault_sigbus_child();
-	pthread_mutex_unlock(&mm_list_lock);
-}
-
-static void atfork_init(void)
-{
-	pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-/* ---- limits ---- */
-
-static void set_limit_pages(struct uswap_mm *m, uint64_t limit, unsigned inactive_pct)
-{
-	uint64_t slack;
-
-	atomic_store(&m->inactive_pct, inactive_pct);
-	if (!limit)
-		limit = UINT64_MAX / 4;
-	slack = limit / 32 > 64 ? limit / 32 : 64;
-	if (slack > limit / 2)
-		slack = limit / 2;
-	atomic_store(&m->limit, limit);
-	atomic_store(&m->high, limit - slack / 2);
-	atomic_store(&m->low, limit - slack);
-	atomic_store(&m->inactive_target, limit / 100 * inactive_pct);
-}
-
-bool mm_budget_apply(struct uswap_mm *m)
-{
-	uint64_t budget = atomic_load(&m->budget), pool, limit;
-
-	if (!budget || !m->swap)
-		return false;
-	pool = (uswap_mem_bytes(m->swap) + MM_PAGE - 1) / MM_PAGE;
-	limit = budget - (pool < budget / 2 ? pool : budget / 2);
-	if (limit == atomic_load(&m->limit))
-		return false;
-	set_limit_pages(m, limit, atomic_load(&m->inactive_pct));
-	return true;
-}
 
 static int folio_shift_of(size_t bytes, unsigned dflt, unsigned *shift)
 {
@@ -397,10 +124,10 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);
-	set_limit_pages(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
+	reclaim_set_limit(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
 	m->pool_in_limit = o && o->pool_in_limit;
 	if (m->pool_in_limit)
-		atomic_store(&m->budget, mm_pages(o->limit_bytes));
+		atomic_store(&m->budget_pages, mm_pages(o->limit_bytes));
 
 	m->sigbus = o && o->sigbus_mode;
 	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMOVE |
@@ -459,7 +186,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 		goto out_stop;
 	}
 	if (m->sigbus) {
-		ret = fault_sigbus_add(m);
+		ret = sigbus_add(m);
 		if (ret) {
 			err_set(ret, ret == -EOPNOTSUPP ? "SIGBUS mode needs the page-fault error code of x86-64"
 							: "too many instances in SIGBUS mode (at most %d)",
@@ -467,11 +194,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 			goto out_stop;
 		}
 	}
-	pthread_once(&atfork_once, atfork_init);
-	pthread_mutex_lock(&mm_list_lock);
-	m->next_mm = mm_list;
-	mm_list = m;
-	pthread_mutex_unlock(&mm_list_lock);
+	fork_track(m);
 	*out = m;
 	return 0;
 
@@ -493,7 +216,7 @@ static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
 		if (!(atomic_load(&r->folios[fi]) & (FL_SHADOW | FL_SWAPPED | FL_PRESENT)))
 			continue;
 		for (int tries = 0; tries < 1000; tries++) {
-			ret = fault_folio_in(m, m->fork_stage, r, fi, true, false);
+			ret = swapin_folio(m, m->fork_stage, r, fi, true, false);
 			if (ret != -EAGAIN)
 				break;
 			sched_yield();
@@ -506,21 +229,13 @@ static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
 
 void uswap_mm_destroy(struct uswap_mm *m)
 {
-	struct uswap_mm **pp;
-
 	if (!m)
 		return;
-	pthread_mutex_lock(&mm_list_lock);
-	for (pp = &mm_list; *pp; pp = &(*pp)->next_mm)
-		if (*pp == m) {
-			*pp = m->next_mm;
-			break;
-		}
-	pthread_mutex_unlock(&mm_list_lock);
-	if (in_child(m))
+	fork_untrack(m);
+	if (mm_in_child(m))
 		return; /* its threads and fds belong to the parent; the child's memory is plain already */
 	if (m->sigbus)
-		fault_sigbus_del(m);
+		sigbus_del(m);
 	eventfd_write(m->stop_fd, 1);
 	fault_stop(m);
 	reclaim_stop(m);
@@ -549,7 +264,7 @@ int uswap_prefault(struct uswap_mm *m, void *addr, size_t len)
 	uintptr_t start = (uintptr_t)addr & ~(MM_PAGE - 1), end = (uintptr_t)addr + len;
 
 	err_clear();
-	if (in_child(m))
+	if (mm_in_child(m))
 		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
 	if (end < start || end > UINTPTR_MAX - MM_PAGE)
 		return err_set(-EINVAL, "bad range");
@@ -567,7 +282,7 @@ int uswap_map(struct uswap_mm *m, size_t len, size_t folio_bytes, void **out)
 	int ret;
 
 	err_clear();
-	if (in_child(m))
+	if (mm_in_child(m))
 		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
 	ret = folio_shift_of(folio_bytes, m->folio_shift, &shift);
 	if (ret)
@@ -600,7 +315,7 @@ int uswap_map(struct uswap_mm *m, size_t len, size_t folio_bytes, void **out)
 
 static int check_range(struct uswap_mm *m, void *addr, size_t len)
 {
-	if (in_child(m))
+	if (mm_in_child(m))
 		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
 	if (((uintptr_t)addr | len) & (MM_PAGE - 1) || !len || (uintptr_t)addr + len < (uintptr_t)addr)
 		return err_set(-EINVAL, "[%p, +%zu) is not a page-aligned range", addr, len);
@@ -668,12 +383,12 @@ int uswap_register(struct uswap_mm *m, void *addr, size_t len, size_t folio_byte
 	 */
 	for (int tries = 0; tries < 2; tries++) {
 		if (tries)
-			mm_settle(m);
+			fault_settle(m);
 		ret = region_add_new(m, (uintptr_t)addr, len, shift, true);
 		if (ret != -EEXIST)
 			break;
 	}
-	if (!ret && atomic_load(&m->resident) > atomic_load(&m->high))
+	if (!ret && atomic_load(&m->resident) > atomic_load(&m->high_pages))
 		reclaim_kick(m);
 	return ret;
 }
@@ -683,7 +398,7 @@ int uswap_mm_adopt_forked(struct uswap_mm *m, struct uswap_mm *parent)
 	int n = 0;
 
 	err_clear();
-	if (in_child(m) || !in_child(parent))
+	if (mm_in_child(m) || !mm_in_child(parent))
 		return err_set(-EINVAL, "uswap_mm_adopt_forked() takes this process's instance and its parent's");
 	for (size_t i = 0; i < parent->nr_fork_ranges; i++) {
 		const struct mm_range *rg = &parent->fork_ranges[i];
@@ -727,28 +442,28 @@ int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)
 
 int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
-	set_limit_pages(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
+	reclaim_set_limit(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
 	if (m->pool_in_limit) {
-		atomic_store(&m->budget, mm_pages(limit_bytes));
-		mm_budget_apply(m);
+		atomic_store(&m->budget_pages, mm_pages(limit_bytes));
+		reclaim_budget_apply(m);
 	}
-	if (atomic_load(&m->resident) > atomic_load(&m->high))
+	if (atomic_load(&m->resident) > atomic_load(&m->high_pages))
 		reclaim_kick(m);
 	return 0;
 }
 
 ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes)
 {
-	if (in_child(m))
+	if (mm_in_child(m))
 		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
 	return (ssize_t)(reclaim_run(m, target_bytes / MM_PAGE, true) * MM_PAGE);
 }
 
 int uswap_mm_sync(struct uswap_mm *m)
 {
-	if (in_child(m))
+	if (mm_in_child(m))
 		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
-	mm_settle(m);
+	fault_settle(m);
 	return 0;
 }
 
@@ -763,7 +478,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	uint64_t bytes = 0;
 
 	memset(st, 0, sizeof(*st));
-	mm_budget_apply(m);
+	reclaim_budget_apply(m);
 	/* Every 500 ms under `uswap run`: no walk of the pages (see folio_summarize()). */
 	pthread_rwlock_rdlock(&m->tbl_lock);
 	for (unsigned ri = 0; ri < m->nr_regions; ri++)
@@ -771,7 +486,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->regions = m->nr_regions;
 	pthread_rwlock_unlock(&m->tbl_lock);
 	st->region_bytes = bytes;
-	st->limit_bytes = atomic_load(&m->limit) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit) * MM_PAGE;
+	st->limit_bytes = atomic_load(&m->limit_pages) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit_pages) * MM_PAGE;
 	st->resident_bytes = atomic_load(&m->resident) * MM_PAGE;
 	st->inactive_bytes = atomic_load(&m->inactive) * MM_PAGE;
 	st->swapped_bytes = atomic_load(&m->swapped) * MM_PAGE;

@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
+#include <linux/types.h>
 
 #include "uswap.h"
 
@@ -151,7 +153,6 @@ static inline uintptr_t region_shadow(const struct mm_region *r, size_t page)
 struct mm_hist {
 	_Atomic uint64_t n[MM_HIST_BUCKETS];
 };
-void hist_add(struct mm_hist *h, uint64_t ns);
 uint64_t hist_percentile(const struct mm_hist *h, double p);
 
 struct mm_handler {
@@ -188,11 +189,11 @@ struct uswap_mm {
 	unsigned nr_regions, tbl_cap;
 	_Atomic uint64_t seq;
 
-	/* Limits, in pages. */
-	_Atomic uint64_t limit, high, low, inactive_target;
-	_Atomic uint64_t resident, inactive;
+	/* The limit and its watermarks (reclaim.c sets them). */
+	_Atomic uint64_t limit_pages, high_pages, low_pages, inactive_target_pages;
+	_Atomic uint64_t resident, inactive; /* pages */
 	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
-	_Atomic uint64_t budget; /* pages; pool_in_limit: resident + the layer's memory (0: no limit) */
+	_Atomic uint64_t budget_pages; /* pool_in_limit: resident + the layer's memory (0: no limit) */
 	bool pool_in_limit;
 	_Atomic unsigned inactive_pct;
 	unsigned folio_shift;  /* default of regions */
@@ -216,6 +217,7 @@ struct uswap_mm {
 	_Atomic unsigned ft_next;             /* the entry a new stream of first touches replaces */
 	_Atomic int wp_score; /* > 0: clean pages pay off; < 0: their first write faults too often */
 #define WP_SCORE_MAX 256      /* |wp_score| stays within this */
+#define WP_FAULT_COST 4       /* a write fault on a clean page scores -4, a clean eviction +1 */
 	_Atomic uint64_t wp_probe;
 
 	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */
@@ -227,7 +229,7 @@ struct uswap_mm {
 	cpu_set_t cpus; /* the process's CPUs at create, handlers pinned to them in turn; empty: unpinned */
 	/*
 	 * SIGBUS mode (uswap_mm_options.sigbus_mode): uffd reports no faults, the faulting thread gets
-	 * SIGBUS and resolves its own fault in fault.c's signal handler, with a staging buffer taken
+	 * SIGBUS and resolves its own fault in sigbus.c's signal handler, with a staging buffer taken
 	 * from this pool (nr_stages of MM_FOLIO_MAX, mm memory; busy[i] set while one is in use), as
 	 * does uswap_prefault() in either mode.
 	 */
@@ -247,6 +249,91 @@ struct uswap_mm {
 	struct mm_range *fork_ranges;
 	size_t nr_fork_ranges, fork_ranges_cap;
 };
+
+/*
+ * Internal calls, by file, in the one-way order of docs/mm.md: a file calls only files below it.
+ * mm.c (the public calls) is on top and exports nothing here.
+ */
+
+/* fork.c: the atfork handlers serve every instance tracked here. */
+void fork_track(struct uswap_mm *m);
+void fork_untrack(struct uswap_mm *m);
+
+/*
+ * sigbus.c. SIGBUS mode: the process-wide SIGBUS handler serves faults on the regions of the instances
+ * registered here (at most MM_SIGBUS_MAX); other SIGBUS signals go to the handler the program had
+ * before (or the default action). sigbus_add(): -EOPNOTSUPP (no fault flags on this architecture),
+ * -EMFILE (too many instances), or 0. sigbus_del(): before the instance goes. sigbus_child(): in a
+ * fork child, forget them all (the child's memory is plain).
+ */
+#define MM_SIGBUS_MAX 16
+int sigbus_add(struct uswap_mm *m);
+void sigbus_del(struct uswap_mm *m);
+void sigbus_child(void);
+
+/* fault.c */
+int fault_start(struct uswap_mm *m);
+void fault_stop(struct uswap_mm *m);
+/*
+ * A fault at @addr: @wp a write to a write-protected page, else a missing page (@write: by a write).
+ * From a handler (@stage its own), or in SIGBUS mode from the faulting thread. @adopt: a fault in no
+ * region may adopt the vma around it (a range that grew in place) or be served a zero page; in
+ * SIGBUS mode only a vma that holds one of our regions is adopted, and an address our uffd does not
+ * cover is left alone. Return: 0 (served: the access can be retried), -ENOENT not ours.
+ */
+int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool wp, bool write, bool adopt);
+/*
+ * Wait until every event the handlers have read (munmap, mremap, madvise of registered ranges) is
+ * applied to the region table. Context: no tbl_lock or folio lock held. After a munmap() returns,
+ * fault_settle() makes the statistics reflect it.
+ */
+void fault_settle(struct uswap_mm *m);
+/* A staging buffer of MM_FOLIO_MAX from the instance's pool (SIGBUS-mode faults, prefaults), and back. */
+unsigned char *fault_stage_get(struct uswap_mm *m, unsigned *slot);
+void fault_stage_put(struct uswap_mm *m, unsigned slot);
+/* uswap_prefault() of [start, end), page aligned. Context: no lock held. Return: 0 or -EAGAIN. */
+int fault_prefault(struct uswap_mm *m, uintptr_t start, uintptr_t end);
+uint64_t hist_percentile(const struct mm_hist *h, double p);
+
+/* swapin.c */
+/*
+ * Bring every page of folio @fi in (NONE pages zero-filled, SWAPPED loaded, SHADOW moved back).
+ * @write: the access is a write (copies are dropped, pages mapped writable); otherwise copies are
+ * kept and clean pages mapped write-protected. @wake: each install wakes the threads waiting in what it
+ * filled. Context: folio locked, tbl_lock read. Return: 0 (every page in), or
+ * -EAGAIN (the kernel's mappings are changing: retry after the events) or another -errno.
+ */
+int swapin_folio(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write,
+		 bool wake);
+/* Whole swapped folios from @f0 in one batch (readahead, fork); see swapin.c. */
+#define SWAPIN_RUN_MAX (MM_FOLIO_MAX / MM_PAGE)
+size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
+		  size_t *nf);
+/*
+ * A missing-page fault on untouched folio @fi that continues a stream of first touches: zero-fill it
+ * with the untouched folios around it (fault-around). Return: true if done; false: take it alone.
+ * Context: folio locked, tbl_lock read.
+ */
+bool swapin_around(struct uswap_mm *m, struct mm_region *r, size_t fi);
+/* After a swap-in of folio @fi: read ahead if it continues a forward run. Context: tbl_lock read. */
+void swapin_readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi);
+
+/* reclaim.c */
+/* The limit and its watermarks, in pages (0: no limit). */
+void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inactive_pct);
+/*
+ * pool_in_limit: set the resident limit to what the swap layer's memory (the compressed pool) leaves
+ * of the budget, never less than half of it. Return: true if the limit changed.
+ */
+bool reclaim_budget_apply(struct uswap_mm *m);
+int reclaim_start(struct uswap_mm *m);
+void reclaim_stop(struct uswap_mm *m);
+/* Wake the reclaimer if resident is above the high watermark. */
+void reclaim_kick(struct uswap_mm *m);
+/* Reclaim until resident <= @target or no progress. Return: pages released. */
+size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
+/* Direct reclaim from a faulting thread (SIGBUS mode); see reclaim.c. */
+size_t reclaim_direct(struct uswap_mm *m);
 
 /* region.c */
 void *mm_map_mem(size_t len); /* mm's own memory: mmap, never registered */
@@ -272,15 +359,10 @@ int region_adopt(struct uswap_mm *m, uintptr_t addr, bool grown_only);
  * The vmas marked MADV_DONTFORK (a child does not get them), from /proc/self/smaps, merged where
  * adjacent, sorted, at most @max (the rest are left out). Return: how many.
  */
-size_t mm_dontfork_ranges(struct mm_range *out, size_t max);
+size_t region_dontfork_ranges(struct mm_range *out, size_t max);
 void folio_lock(_Atomic uint32_t *f);
 bool folio_trylock(_Atomic uint32_t *f);
 void folio_unlock(_Atomic uint32_t *f);
-/*
- * pool_in_limit: set the resident limit to what the swap layer's memory (the compressed pool) leaves
- * of the budget, never less than half of it. Return: true if the limit changed.
- */
-bool mm_budget_apply(struct uswap_mm *m);
 /*
  * Recompute the folio word's FL_PRESENT / FL_SHADOW / FL_SWAPPED and counts from the pages, and the
  * instance's swapped and clean totals with them. Every change of page words ends with it.
@@ -291,75 +373,42 @@ void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi);
 void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
 /* Drop pages [first, end) of the region to NONE, whatever they are; accounting follows. */
 void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
+/*
+ * The copies of folio @fi's clean pages are stale from now on: drop them and lift the folio's write
+ * protection. *had: it had clean pages. Context: folio locked. Return: 0 (waiters woken) or -errno.
+ */
+int folio_unprotect(struct uswap_mm *m, struct mm_region *r, size_t fi, bool *had);
+/*
+ * folio_unprotect() every folio over [start, end) of one region, as a write fault would, before a
+ * write the kernel makes for us (MADV_POPULATE_WRITE): in SIGBUS mode that fails with EFAULT on a
+ * protected page. Not counted as a fault. Context: no lock held.
+ */
+void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 
-/* fault.c */
-int fault_start(struct uswap_mm *m);
-void fault_stop(struct uswap_mm *m);
-/*
- * Wait until every event the handlers have read (munmap, mremap, madvise of registered ranges) is
- * applied to the region table. Context: no tbl_lock or folio lock held. After a munmap() returns,
- * mm_settle() makes the statistics reflect it.
- */
-void mm_settle(struct uswap_mm *m);
-/*
- * SIGBUS mode: the process-wide SIGBUS handler serves faults on the regions of the instances
- * registered here (at most MM_SIGBUS_MAX); other SIGBUS signals go to the handler the program had
- * before (or the default action). fault_sigbus_add(): -EOPNOTSUPP (no fault flags on this
- * architecture), -EMFILE (too many instances), or 0. fault_sigbus_del(): before the instance goes.
- * fault_sigbus_child(): in a fork child, forget them all (the child's memory is plain).
- */
-#define MM_SIGBUS_MAX 16
-int fault_sigbus_add(struct uswap_mm *m);
-void fault_sigbus_del(struct uswap_mm *m);
-void fault_sigbus_child(void);
-/*
- * Lift the write protection of the folios over [start, end) of one region as a write fault would
- * (the copies of their clean pages dropped), before a write the kernel makes for us
- * (MADV_POPULATE_WRITE): in SIGBUS mode that fails with EFAULT on a protected page. Not counted as
- * a fault. Context: no lock held.
- */
-void fault_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
-/* uswap_prefault() of [start, end), page aligned. Context: no lock held. Return: 0 or -EAGAIN. */
-int fault_prefault(struct uswap_mm *m, uintptr_t start, uintptr_t end);
-/*
- * Bring every page of folio @fi in (NONE pages zero-filled, SWAPPED loaded, SHADOW moved back).
- * @write: the access is a write (copies are dropped, pages mapped writable); otherwise copies are
- * kept and clean pages mapped write-protected. @wake: each install wakes the threads waiting in what it
- * filled. Context: folio locked, tbl_lock read. Return: 0 (every page in), or
- * -EAGAIN (the kernel's mappings are changing: retry after the events) or another -errno.
- */
-int fault_folio_in(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write,
-		   bool wake);
-/* Whole swapped folios from @f0 in one batch (readahead, fork); see fault.c. */
-#define SWAPIN_RUN_MAX (MM_FOLIO_MAX / MM_PAGE)
-size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
-		  size_t *nf);
-
-/* reclaim.c */
-int reclaim_start(struct uswap_mm *m);
-void reclaim_stop(struct uswap_mm *m);
-/* Wake the reclaimer if resident is above the high watermark. */
-void reclaim_kick(struct uswap_mm *m);
-/* Reclaim until resident <= @target or no progress. Return: pages released. */
-size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
-/* Direct reclaim from a faulting thread (SIGBUS mode); see reclaim.c. */
-size_t reclaim_direct(struct uswap_mm *m);
-/*
- * Context: folio locked, tbl_lock read. Move the present pages of folio @fi to its shadow.
- * Return: pages moved, or -errno (-EBUSY: shared with a fork child or pinned; *busy and *busy_len
- * then name the pages that would not move).
- */
-ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
-			     size_t *busy_len);
-
-/* uffd helpers (fault.c) */
+/* uffd.c: 0 or -errno; *done = bytes done, also on a partial failure. */
+/* A userfaultfd with @features, or -EPERM with a message that says how to get access. */
+int uffd_open(__u64 features, int *out);
+/* Whether this kernel's userfaultfd has everything mm needs; the message names what is missing. */
+int uffd_check(void);
+/* Register [start, len) with @mode; -EOPNOTSUPP (unregistered again) if it lacks @need_ioctls. */
+int uffd_register(int uffd, uintptr_t start, size_t len, __u64 mode, __u64 need_ioctls);
 int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
-int mm_copy(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
-/* Where a page is after mm_move(). */
+/* uffd_copy() into the program's range, split where a vma ends. */
+int uffd_copy_vmas(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
+/* Where a page is after uffd_move(). */
 enum { MV_LEFT, MV_MOVED, MV_HOLE };
 #define MV_MAX_PAGES (1u << MM_FOLIO_MAX_SHIFT)
-int mm_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st);
+int uffd_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st);
 int uffd_wake(int uffd, uintptr_t start, size_t len);
+int uffd_unprotect(int uffd, uintptr_t start, size_t len);
+/* A page whose data cannot be read back: later accesses get SIGBUS, as with a swap read error. */
+void uffd_poison(int uffd, uintptr_t addr, size_t len);
+
+/* A fork child must not use its parent's instance. */
+static inline bool mm_in_child(const struct uswap_mm *m)
+{
+	return m->pid != getpid();
+}
 
 static inline uint64_t mm_pages(uint64_t bytes)
 {

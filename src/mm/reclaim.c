@@ -45,7 +45,7 @@
  * flush, and a flush is an IPI to each CPU running the program: ~16 us here when the other vCPU is
  * busy, against well under 1 us per page when many pages share one flush. So reclaim moves runs of
  * present pages across folios with one UFFDIO_MOVE each (the kernel flushes once per call; a run
- * ends at a swapped or untouched page, see mm_move()) and releases the shadow pages of a batch of
+ * ends at a swapped or untouched page, see uffd_move()) and releases the shadow pages of a batch of
  * evicted folios with one process_madvise().
  */
 struct release_batch {
@@ -56,6 +56,40 @@ struct release_batch {
 	size_t pages;
 };
 
+/* ---- the limit: watermarks, and the budget that resident pages share with the pool ---- */
+
+void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inactive_pct)
+{
+	uint64_t slack;
+
+	atomic_store(&m->inactive_pct, inactive_pct);
+	if (!limit_pages)
+		limit_pages = UINT64_MAX / 4;
+	slack = limit_pages / 32 > 64 ? limit_pages / 32 : 64;
+	if (slack > limit_pages / 2)
+		slack = limit_pages / 2;
+	atomic_store(&m->limit_pages, limit_pages);
+	atomic_store(&m->high_pages, limit_pages - slack / 2);
+	atomic_store(&m->low_pages, limit_pages - slack);
+	atomic_store(&m->inactive_target_pages, limit_pages / 100 * inactive_pct);
+}
+
+bool reclaim_budget_apply(struct uswap_mm *m)
+{
+	uint64_t budget = atomic_load(&m->budget_pages), pool, limit_pages;
+
+	if (!budget || !m->swap)
+		return false;
+	pool = (uswap_mem_bytes(m->swap) + MM_PAGE - 1) / MM_PAGE;
+	limit_pages = budget - (pool < budget / 2 ? pool : budget / 2);
+	if (limit_pages == atomic_load(&m->limit_pages))
+		return false;
+	reclaim_set_limit(m, limit_pages, atomic_load(&m->inactive_pct));
+	return true;
+}
+
+/* ---- the hands ---- */
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -65,7 +99,7 @@ static uint64_t now_ms(void)
 }
 
 /*
- * Pages [i, i + n) of @r, PG_PRESENT, went to the shadow with mm_move() and @st says where each
+ * Pages [i, i + n) of @r, PG_PRESENT, went to the shadow with uffd_move() and @st says where each
  * is: count the ones that arrived as inactive; a hole (the kernel zapped the page after a
  * MADV_DONTNEED whose REMOVE event is not applied yet) reads as zero from now on, which is what
  * the program asked for. Return: pages demoted.
@@ -88,7 +122,7 @@ static size_t demoted(struct uswap_mm *m, struct mm_region *r, size_t i, size_t 
 	return moved;
 }
 
-/* The first page of [i, i + n) that mm_move() left in the program's range, or n. */
+/* The first page of [i, i + n) that uffd_move() left in the program's range, or n. */
 static size_t first_left(const uint8_t *st, size_t n)
 {
 	const uint8_t *p = memchr(st, MV_LEFT, n);
@@ -117,7 +151,7 @@ static ssize_t demote_pages(struct uswap_mm *m, struct mm_region *r, size_t firs
 			i++;
 			continue;
 		}
-		ret = mm_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
+		ret = uffd_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
 		moved += demoted(m, r, i, n, st);
 		left = first_left(st, n);
 		if (ret == -EBUSY && busy && left < n) {
@@ -135,8 +169,8 @@ static ssize_t demote_pages(struct uswap_mm *m, struct mm_region *r, size_t firs
 	return ret && !moved ? ret : (ssize_t)moved;
 }
 
-ssize_t reclaim_demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
-			     size_t *busy_len)
+static ssize_t demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
+			    size_t *busy_len)
 {
 	size_t first, end;
 	ssize_t got;
@@ -153,7 +187,7 @@ static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t
 	uint8_t st[MV_MAX_PAGES];
 	size_t dp = 0;
 
-	mm_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
+	uffd_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
 	for (size_t j = 0; j < n; j++) {
 		if (st[j] == MV_MOVED) {
 			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
@@ -269,7 +303,7 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 /*
  * A span of folios [f0, f1) of @r, all locked by us, none with a shadow page, the first and the last
  * with present pages: move its runs of present pages to the shadow range, one UFFDIO_MOVE a run
- * (not one for the span with ALLOW_SRC_HOLES: see mm_move()). Return: pages moved, or -errno if none.
+ * (not one for the span with ALLOW_SRC_HOLES: see uffd_move()). Return: pages moved, or -errno if none.
  */
 static ssize_t demote_span(struct uswap_mm *m, struct mm_region *r, size_t f0, size_t f1, uintptr_t *busy,
 			   size_t *busy_len, size_t *busy_folio)
@@ -337,7 +371,7 @@ static size_t front_demote(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 	ssize_t got;
 
 	if (atomic_load(&r->folios[fi]) & FL_SHADOW) {
-		got = reclaim_demote_folio(m, r, fi, &busy, &busy_len);
+		got = demote_folio(m, r, fi, &busy, &busy_len);
 		busy_folio = fi;
 	} else {
 		region_folio_pages(r, fi, &first, &end);
@@ -518,7 +552,7 @@ static void cow_break(struct uswap_mm *m, struct hand_result *res)
 	for (unsigned i = 0; i < res->nr_cow; i++) {
 		void *p = (void *)res->cow[i];
 
-		fault_unprotect(m, res->cow[i], res->cow[i] + res->cow_len[i]);
+		region_unprotect(m, res->cow[i], res->cow[i] + res->cow_len[i]);
 		madvise(p, res->cow_len[i], MADV_POPULATE_WRITE);
 	}
 	res->nr_cow = 0;
@@ -546,7 +580,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 {
 	size_t freed = 0;
 	unsigned idle = 0, dry = 0; /* rounds without progress of any kind; dry rounds since an eviction */
-	uint64_t limit = atomic_load(&m->limit);
+	uint64_t limit = atomic_load(&m->limit_pages);
 
 	if (direct && now_ms() < atomic_load(&m->direct_stall_until_ms))
 		return 0;
@@ -555,9 +589,9 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 		struct hand_result front = {0}, back = {0};
 
 		/* With the pool in the limit, the target moves with the pool: what it took, or gave back. */
-		if (mm_budget_apply(m)) {
-			target = target - limit + atomic_load(&m->limit);
-			limit = atomic_load(&m->limit);
+		if (reclaim_budget_apply(m)) {
+			target = target - limit + atomic_load(&m->limit_pages);
+			limit = atomic_load(&m->limit_pages);
 		}
 		res = atomic_load(&m->resident);
 		if (res <= target || idle >= 3 || dry >= DRY_ROUNDS || atomic_load(&m->forking))
@@ -569,8 +603,8 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 		else if (pthread_mutex_trylock(&m->reclaim_lock))
 			break;
 		inact = atomic_load(&m->inactive);
-		if (inact < atomic_load(&m->inactive_target) + want) {
-			uint64_t fwant = atomic_load(&m->inactive_target) + want - inact;
+		if (inact < atomic_load(&m->inactive_target_pages) + want) {
+			uint64_t fwant = atomic_load(&m->inactive_target_pages) + want - inact;
 
 			/* A fault is waiting behind direct reclaim: refill the inactive list only a little. */
 			if (direct && fwant > 2 * want)
@@ -615,7 +649,7 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct)
  */
 size_t reclaim_direct(struct uswap_mm *m)
 {
-	uint64_t limit = atomic_load(&m->limit), slack = limit - atomic_load(&m->low);
+	uint64_t limit = atomic_load(&m->limit_pages), slack = limit - atomic_load(&m->low_pages);
 
 	return reclaim_rounds(m, limit, true, atomic_load(&m->resident) <= limit + slack);
 }
@@ -644,16 +678,16 @@ static void *reclaimer_main(void *arg)
 		size_t freed;
 
 		atomic_store(&m->reclaim_sleeping, true);
-		if (atomic_load(&m->forking) || atomic_load(&m->resident) <= atomic_load(&m->high)) {
+		if (atomic_load(&m->forking) || atomic_load(&m->resident) <= atomic_load(&m->high_pages)) {
 			pthread_cond_wait(&m->kick, &m->kick_lock);
 			atomic_store(&m->reclaim_sleeping, false);
 			continue;
 		}
 		atomic_store(&m->reclaim_sleeping, false);
 		pthread_mutex_unlock(&m->kick_lock);
-		freed = reclaim_run(m, atomic_load(&m->low), false);
+		freed = reclaim_run(m, atomic_load(&m->low_pages), false);
 		pthread_mutex_lock(&m->kick_lock);
-		if (!freed && !m->stopping && atomic_load(&m->resident) > atomic_load(&m->high)) {
+		if (!freed && !m->stopping && atomic_load(&m->resident) > atomic_load(&m->high_pages)) {
 			/* Nothing could go (tiers full, everything pinned): try again a little later. */
 			struct timespec ts;
 

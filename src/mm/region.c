@@ -200,6 +200,47 @@ void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t en
 	atomic_fetch_sub(&m->inactive, inactive);
 }
 
+/*
+ * The copies of folio @fi's clean pages are stale from now on: drop them and lift the folio's write
+ * protection. *had: it had clean pages. Context: folio locked. Return: 0 (waiters woken) or -errno.
+ */
+int folio_unprotect(struct uswap_mm *m, struct mm_region *r, size_t fi, bool *had)
+{
+	size_t first, end;
+
+	*had = false;
+	region_folio_pages(r, fi, &first, &end);
+	for (size_t i = first; i < end && !*had; i++)
+		*had = pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN);
+	if (*had)
+		pages_put_copies(m, r, first, end);
+	return uffd_unprotect(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
+}
+
+void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end)
+{
+	for (uintptr_t a = start; a < end;) {
+		struct mm_region *r;
+		size_t fi, first, fend;
+		bool had;
+
+		pthread_rwlock_rdlock(&m->tbl_lock);
+		r = region_find(m, a);
+		if (!r) {
+			pthread_rwlock_unlock(&m->tbl_lock);
+			return;
+		}
+		fi = region_folio(r, a);
+		region_folio_pages(r, fi, &first, &fend);
+		folio_lock(&r->folios[fi]);
+		folio_unprotect(m, r, fi, &had);
+		folio_summarize(m, r, fi);
+		folio_unlock(&r->folios[fi]);
+		a = region_addr(r, fend);
+		pthread_rwlock_unlock(&m->tbl_lock);
+	}
+}
+
 /* ---- the table ---- */
 
 int region_table_init(struct uswap_mm *m)
@@ -341,21 +382,6 @@ static struct mm_region *region_alloc(struct uswap_mm *m, uintptr_t start, uintp
 	return r;
 }
 
-static int register_range(int uffd, uintptr_t start, size_t len, __u64 mode, __u64 need_ioctls)
-{
-	struct uffdio_register reg = {.range = {.start = start, .len = len}, .mode = mode};
-
-	if (ioctl(uffd, UFFDIO_REGISTER, &reg))
-		return -errno;
-	if ((reg.ioctls & need_ioctls) != need_ioctls) {
-		struct uffdio_range rg = {.start = start, .len = len};
-
-		ioctl(uffd, UFFDIO_UNREGISTER, &rg);
-		return -EOPNOTSUPP;
-	}
-	return 0;
-}
-
 /*
  * folio_summarize() the folios of @r that [a, b) touches. Context: tbl_lock held for writing, or @r
  * not in the table yet.
@@ -426,7 +452,7 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 	madvise(shadow, len, MADV_NOHUGEPAGE);
 	/* A fork child never sees inactive pages (they are brought back before fork anyway). */
 	madvise(shadow, len, MADV_DONTFORK);
-	ret = register_range(m->uffd_shadow, (uintptr_t)shadow, len, UFFDIO_REGISTER_MODE_MISSING,
+	ret = uffd_register(m->uffd_shadow, (uintptr_t)shadow, len, UFFDIO_REGISTER_MODE_MISSING,
 			     1ull << _UFFDIO_MOVE);
 	if (ret) {
 		err_set(ret, "cannot register a shadow range with userfaultfd (%s)", strerror(-ret));
@@ -436,7 +462,7 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 	r->owned = owned;
 	/* THP would make eviction split huge pages; folios are the unit here. */
 	madvise((void *)start, len, MADV_NOHUGEPAGE);
-	ret = register_range(m->uffd, start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
+	ret = uffd_register(m->uffd, start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
 			     need);
 	if (ret) {
 		err_set(ret,
@@ -679,7 +705,7 @@ static int dontfork_line(char *line, void *arg)
 	return 0;
 }
 
-size_t mm_dontfork_ranges(struct mm_range *out, size_t max)
+size_t region_dontfork_ranges(struct mm_range *out, size_t max)
 {
 	struct dontfork_scan d = {.out = out, .max = max};
 

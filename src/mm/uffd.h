@@ -2,7 +2,7 @@
  * uffd.h - the one place that defines userfaultfd and pagemap interfaces newer than the 6.1 kernel
  * headers this build sees (Debian 12), with the values of the kernel's uapi. Each definition is
  * guarded so that newer headers win. The kernel tells at run time what it supports (UFFDIO_API
- * features, ioctls bits); mm.c checks those and refuses what is missing, naming it.
+ * features, ioctls bits); uffd.c checks those and refuses what is missing, naming it.
  */
 #ifndef USWAP_MM_UFFD_H
 #define USWAP_MM_UFFD_H
