@@ -2,20 +2,25 @@
 # vs-kernel.sh - uswap against the kernel's own swap on the same workload binary (bench/workload.c).
 #
 # Modes: plain (no limit), swapfile (kernel swap to a file), zswap (lz4, in front of that file),
-# zram (lz4), uswap (`uswap run` with the default tiers). The kernel modes run in a cgroup v1 memory
-# group with the limit; uswap runs with --limit. Each mode x pattern runs RUNS times; the median
+# zram (lz4), uswap (`uswap run` with the default tiers at the same total memory as zram),
+# uswap-limit (`uswap run --limit` at the cgroup limit itself). The kernel modes run in a cgroup v1
+# memory group with the limit. zram's compressed store is not charged to the cgroup, so zram has the
+# limit plus its store (mm_stat mem_used_max, the median over its runs of a pattern); `uswap run
+# --limit` covers resident pages and its pool together, so the uswap mode gets that sum (it needs
+# the zram mode in the same run, else it falls back to the limit). zswap is charged to the cgroup:
+# compare it with uswap-limit. Each mode x pattern runs RUNS times; the median
 # touches/s is reported. zswap runs with its shrinker on (off, a cgroup limit OOM-kills the workload)
 # and lz4 if the kernel's crypto API has it (else lzo-rle, said in the output). Needs root. The machine is restored on exit, failure or interrupt: our swap
 # devices off, zswap back to its settings, zram reset, the cgroup removed.
 #
 # usage: bench/vs-kernel.sh [--size 2G] [--limit 512M] [--seconds 15] [--runs 3]
-#                           [--patterns "seq rand zipf"] [--modes "plain swapfile zswap zram uswap"]
+#                           [--patterns "seq rand zipf"] [--modes "plain swapfile zswap zram uswap uswap-limit"]
 #                           [--out FILE.json]
 # Output: a table on stdout, JSON in FILE (default $BUILD/vs-kernel.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-size=2G limit=512M seconds=15 runs=3 patterns="seq rand zipf" modes="plain swapfile zswap zram uswap"
+size=2G limit=512M seconds=15 runs=3 patterns="seq rand zipf" modes="plain swapfile zswap zram uswap uswap-limit"
 out="$BUILD/vs-kernel.json"
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -81,7 +86,7 @@ setup_mode() {
 	swap_off_all_ours
 	[ -e $zs/enabled ] && echo N > $zs/enabled
 	case $1 in
-	plain|uswap) ;;
+	plain|uswap|uswap-limit) ;;
 	swapfile|zswap)
 		if [ ! -e "$swapfile" ]; then
 			fallocate -l "$swap_bytes" "$swapfile"
@@ -120,6 +125,8 @@ run_one() {
 	plain)
 		line=$("$workload" "${args[@]}" 2>/dev/null); rc=$? ;;
 	uswap)
+		line=$("$uswap" run --limit "${uswap_limit[$pat]:-$limit_bytes}" -- "$workload" "${args[@]}" 2>/dev/null); rc=$? ;;
+	uswap-limit)
 		line=$("$uswap" run --limit "$limit" -- "$workload" "${args[@]}" 2>/dev/null); rc=$? ;;
 	*)
 		mkdir -p "$cg"
@@ -136,19 +143,21 @@ run_one() {
 jfield() { sed -n "s/.*\"$2\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" <<<"$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'; }
 
-declare -A med majflt rss status oom
+declare -A med majflt rss status oom zram_store uswap_limit
 all_json=()
 for mode in $modes; do
-	if [ "$mode" = uswap ] && ! "$uswap" run --help >/dev/null 2>&1; then
+	if [[ $mode == uswap* ]] && ! "$uswap" run --help >/dev/null 2>&1; then
 		echo "vs-kernel.sh: $uswap has no 'run' command yet: uswap mode skipped" >&2
 		for pat in $patterns; do status[$mode.$pat]="n/a"; done
 		continue
 	fi
 	setup_mode "$mode"
 	for pat in $patterns; do
-		vals=() st=ok ooms=0
+		vals=() st=ok ooms=0 stores=()
 		for ((r = 1; r <= runs; r++)); do
+			[ "$mode" = zram ] && echo 0 > $zram/mem_used_max
 			j=$(run_one "$mode" "$pat")
+			[ "$mode" = zram ] && stores+=("$(awk '{print $5}' $zram/mm_stat)")
 			all_json+=("$j")
 			rc=$(jfield "$j" exit)
 			if [ "$rc" = 137 ] || [ "$rc" = 9 ]; then ooms=$((ooms + 1)); continue
@@ -165,6 +174,11 @@ for mode in $modes; do
 		[ ${#vals[@]} -eq 0 ] && [ "$st" = ok ] && st=OOM-killed
 		status[$mode.$pat]=$st
 		oom[$mode.$pat]=$ooms
+		if [ "$mode" = zram ] && [ ${#stores[@]} -gt 0 ]; then
+			zram_store[$pat]=$(printf '%s\n' "${stores[@]}" | median)
+			uswap_limit[$pat]=$((limit_bytes + zram_store[$pat]))
+			echo "  zram $pat: store $((zram_store[$pat] >> 20)) MiB; uswap gets $((uswap_limit[$pat] >> 20)) MiB" >&2
+		fi
 	done
 	swap_off_all_ours
 done
@@ -197,8 +211,28 @@ done
 	first=1
 	for pat in $patterns; do
 		[ $first = 1 ] || printf ','; first=0
-		u=${med[uswap.$pat]:-0} z=${med[zswap.$pat]:-0}
+		u=${med[uswap-limit.$pat]:-0} z=${med[zswap.$pat]:-0}
 		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
+	done
+	printf '},"uswap_vs_zram":{'
+	first=1
+	for pat in $patterns; do
+		[ $first = 1 ] || printf ','; first=0
+		u=${med[uswap.$pat]:-0} z=${med[zram.$pat]:-0}
+		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
+	done
+	printf '},"uswap_limit_vs_zswap":{'
+	first=1
+	for pat in $patterns; do
+		[ $first = 1 ] || printf ','; first=0
+		u=${med[uswap-limit.$pat]:-0} z=${med[zswap.$pat]:-0}
+		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
+	done
+	printf '},"uswap_bytes":{'
+	first=1
+	for pat in $patterns; do
+		[ $first = 1 ] || printf ','; first=0
+		printf '"%s":%s' "$pat" "${uswap_limit[$pat]:-$limit_bytes}"
 	done
 	printf '},"uswap_vs_best_kernel":{'
 	first=1
@@ -213,4 +247,9 @@ done
 	done
 	printf '},"runs_detail":[%s]}\n' "$(IFS=,; echo "${all_json[*]}")"
 } > "$out"
+for pat in $patterns; do
+	[ -n "${zram_store[$pat]:-}" ] && printf 'uswap/zram at the same total memory (%s + zram store %s MiB), %s: %s\n' "$limit" \
+		"$((zram_store[$pat] >> 20))" "$pat" "$(awk -v u="${med[uswap.$pat]:-0}" -v z="${med[zram.$pat]:-0}" 'BEGIN {printf "%.2f", (z > 0 ? u / z : 0)}')"
+done
+echo "uswap: same total memory as zram; uswap-limit: --limit $limit (compare with zswap, charged to the cgroup)"
 echo "zswap compressor: $zswap_used; JSON: $out"

@@ -177,6 +177,14 @@ struct uswap_mm_options {
 	uint64_t max_swap_pages;       /* the swap layer's descriptor capacity (its default) */
 	unsigned sigbus_mode;          /* 1: faults resolved by the faulting thread (see above) */
 	unsigned pool_in_limit;        /* 1: limit_bytes bounds resident pages and uswap_mem_bytes() together */
+	/*
+	 * 1: the program discards registered memory only through uswap_mm_discard() (never a plain
+	 * madvise(MADV_DONTNEED/MADV_FREE) of a registered range: its pages could come back with old
+	 * data). The kernel then raises no remove events, and reclaim takes pages out of the program's
+	 * ranges in batches, one TLB flush per batch instead of one per run of pages. `uswap run` sets
+	 * it: its preload library turns the program's madvise() calls into uswap_mm_discard().
+	 */
+	unsigned discards_reported;
 };
 
 /*
@@ -248,6 +256,15 @@ int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes);
 ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes);
 
 /*
+ * uswap_mm_discard() - madvise(MADV_DONTNEED) of [addr, addr + len) that @m hears of first: every
+ * page of the range reads zero afterwards, swapped ones included, and their copies are freed. Parts
+ * of the range that are not registered are advised as well. Required instead of madvise() for
+ * registered ranges when uswap_mm_options.discards_reported is set; works in either case.
+ * Return: 0; -EINVAL misaligned; -ECHILD called in a fork child; -errno of madvise().
+ */
+int uswap_mm_discard(struct uswap_mm *m, void *addr, size_t len);
+
+/*
  * uswap_mm_sync() - wait until @m has applied what the kernel told it of the caller's past munmap(),
  * mremap() and madvise() calls on registered ranges. Call it after mapping memory where a registered
  * range was (mmap with MAP_FIXED over one, or at an address a munmap() freed) and before touching
@@ -280,6 +297,8 @@ struct uswap_mm_stats {
 	uint64_t untracked_faults; /* faults outside every region (served a zero page) */
 	uint64_t sigbus_faults;    /* faults the faulting thread resolved itself (SIGBUS mode) */
 	uint64_t swapin_ns_p50, swapin_ns_p99; /* fault handler time of faults that loaded */
+	uint64_t reclaim_ns;       /* time the clock hands ran (reclaimer and direct reclaim) */
+	uint64_t reclaim_store_ns; /* ... of which in the swap layer's store (compression, tier I/O) */
 	uint64_t meta_bytes;       /* mm's own bookkeeping: page and folio state, region table */
 	uint64_t buffer_bytes;     /* staging buffers of the fault path (address space, touched lazily) */
 };

@@ -40,6 +40,20 @@ static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t fo
 	return m;
 }
 
+/* An instance whose program reports its discards (as under uswap run): reclaim demotes in batches. */
+static struct uswap_mm *mm_new_batched(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
+{
+	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus,
+				     .discards_reported = 1};
+	struct uswap_mm *m = NULL;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	return m;
+}
+
 static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
 {
 	return mm_new_mode(limit, tiers, folio, 0);
@@ -421,6 +435,83 @@ static void test_mm_threads_4x_limit(void)
 	uswap_mm_destroy(m);
 }
 
+/*
+ * Batched demotion (discards_reported): four threads write and check their pages while reclaim
+ * write-protects windows of them, copies the victims out and zaps them. A write that lands in a
+ * window meanwhile must survive (it waits in its fault, then finds its page demoted), in both fault
+ * modes and with large folios.
+ */
+static void test_mm_batched_threads(void)
+{
+	static const struct {
+		unsigned sigbus;
+		size_t folio;
+	} runs[] = {{0, 0}, {1, 0}, {0, 65536}, {1, 16384}};
+
+	for (size_t k = 0; k < sizeof(runs) / sizeof(runs[0]); k++) {
+		struct uswap_mm *m = mm_new_batched(8 * MiB, TIERS, runs[k].folio, runs[k].sigbus);
+		struct uswap_mm_stats st;
+
+		if (!m)
+			return;
+		run_mt(m, 8192, 4, runs[k].folio ? runs[k].folio : PS);
+		uswap_mm_stats(m, &st);
+		CHECK(st.demotions > 0);
+		CHECK(st.soft_faults > 0);
+		uswap_mm_destroy(m);
+	}
+}
+
+/*
+ * uswap_mm_discard(): pages present, inactive and swapped read zero after it, their copies are
+ * freed, pages outside the range are untouched; then the range is used again. With reported
+ * discards (no remove events) and with the kernel's events.
+ */
+static void discard_mode(bool batched)
+{
+	const size_t n = 4096; /* 16 MiB under 4 MiB: most pages swapped, some inactive */
+	struct uswap_mm *m = batched ? mm_new_batched(4 * MiB, TIERS, 0, 0) : mm_new(4 * MiB, TIERS, 0);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	unsigned char *p;
+	uint64_t before;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 0);
+	for (size_t i = n - 64; i < n; i++) /* the last ones resident */
+		CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
+	before = swap_pages(m);
+	CHECK_EQ(uswap_mm_discard(m, p + 100 * PS, 1000 * PS), 0);
+	CHECK_EQ(uswap_mm_discard(m, p + (n - 32) * PS, 32 * PS), 0);
+	CHECK_EQ(uswap_mm_discard(m, p + 1, PS), -EINVAL);
+	CHECK(swap_pages(m) < before);
+	for (size_t i = 0; i < n; i++) {
+		bool gone = (i >= 100 && i < 1100) || i >= n - 32;
+
+		if (gone)
+			CHECK_MEM(p + i * PS, zero_page, PS);
+		else if (csum_buf(p + i * PS, PS) != sums[i])
+			CHECK_EQ(i, (size_t)-1); /* names the page */
+	}
+	for (size_t i = 100; i < 1100; i++)
+		sums[i] = put_page(p + i * PS, i, 1);
+	for (size_t i = n - 32; i < n; i++)
+		sums[i] = put_page(p + i * PS, i, 1);
+	CHECK_EQ(verify_pages(p, n, sums), 0);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	CHECK_EQ(swap_pages(m), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+static void test_mm_discard(void)
+{
+	discard_mode(true);
+	discard_mode(false);
+}
+
 static void test_mm_folio_sweep(void)
 {
 	static const size_t folios[] = {4096, 16384, 65536, 262144, 2 * MiB};
@@ -734,6 +825,6 @@ out:
 }
 
 CHECK_MAIN(T(test_mm_basic), T(test_mm_signals_blocked), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
-	   T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_folio_sweep),
+	   T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_batched_threads), T(test_mm_discard), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
 	   T(test_mm_sigbus_foreign))

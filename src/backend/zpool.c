@@ -218,7 +218,7 @@ static void partial_push(struct zpool *zp, uint32_t i, bool at_head)
 static bool block_populate(struct zpool *zp, uint32_t i)
 {
 	if (zp->committed + block_bytes(zp) > zp->max_bytes ||
-	    madvise(zp->base + ((size_t)i << zp->shift), block_bytes(zp), MADV_POPULATE_WRITE))
+	    umadvise(zp->base + ((size_t)i << zp->shift), block_bytes(zp), MADV_POPULATE_WRITE))
 		return false;
 	zp->committed += block_bytes(zp);
 	return true;
@@ -233,7 +233,7 @@ static bool chunk_populate(struct zpool *zp, uint32_t i)
 {
 	if (!zp->chunked || i % ZP_CHUNK_BLOCKS || i + ZP_CHUNK_BLOCKS > zp->max_blocks ||
 	    zp->committed + ZP_CHUNK_SIZE > zp->max_bytes ||
-	    madvise(zp->base + ((size_t)i << zp->shift), ZP_CHUNK_SIZE, MADV_POPULATE_WRITE))
+	    umadvise(zp->base + ((size_t)i << zp->shift), ZP_CHUNK_SIZE, MADV_POPULATE_WRITE))
 		return false;
 	zp->committed += ZP_CHUNK_SIZE;
 	for (uint32_t k = ZP_CHUNK_BLOCKS - 1; k > 0; k--) {
@@ -543,7 +543,7 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	zp->base =
 		(unsigned char *)(((uintptr_t)zp->map + ZP_CHUNK_SIZE - 1) & ~(uintptr_t)(ZP_CHUNK_SIZE - 1));
 	if (zp->chunked)
-		madvise(zp->base, (size_t)zp->max_blocks << zp->shift, MADV_HUGEPAGE); /* advice only */
+		umadvise(zp->base, (size_t)zp->max_blocks << zp->shift, MADV_HUGEPAGE); /* advice only */
 	ret = codec_init(&zp->codec, kind, level, env->nr_ctx);
 	if (ret)
 		goto out_free;

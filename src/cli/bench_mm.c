@@ -33,10 +33,42 @@
 struct mm_opts {
 	uint64_t size, limit, touches;
 	const char *tiers;
-	bool json, sigbus;
+	bool json, sigbus, remove_events;
 };
 
 static double tsc_per_us;
+
+/*
+ * TLB shootdown interrupts taken so far, all CPUs (the TLB row of /proc/interrupts): on this kind of
+ * VM each is an IPI into the CPU the program runs on. 0 when the row is missing.
+ */
+static uint64_t tlb_shootdowns(void)
+{
+	FILE *f = fopen("/proc/interrupts", "r");
+	char line[4096];
+	uint64_t n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = line, *end;
+
+		while (*p == ' ')
+			p++;
+		if (strncmp(p, "TLB:", 4))
+			continue;
+		for (p += 4;; p = end) {
+			unsigned long long v = strtoull(p, &end, 10);
+
+			if (end == p)
+				break;
+			n += v;
+		}
+		break;
+	}
+	fclose(f);
+	return n;
+}
 
 static void tsc_calibrate(void)
 {
@@ -58,6 +90,7 @@ static int parse(int argc, char **argv, struct mm_opts *o)
 	o->tiers = BENCH_TIERS;
 	o->json = false;
 	o->sigbus = false;
+	o->remove_events = false;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 
@@ -86,6 +119,8 @@ static int parse(int argc, char **argv, struct mm_opts *o)
 				return cli_usage_error("bench mm: --fault-mode is handler or sigbus, not \"%s\"", v);
 			o->sigbus = !strcmp(v, "sigbus");
 			i++;
+		} else if (!strcmp(a, "--remove-events")) {
+			o->remove_events = true;
 		} else if (!strcmp(a, "--tiers") && v) {
 			o->tiers = v;
 			i++;
@@ -397,9 +432,10 @@ int bench_mm(int argc, char **argv)
 	struct pattern_result res[3] = {0};
 	struct mm_opts o;
 	struct uswap_mm_options mo = {0};
-	struct uswap_mm_stats st;
+	struct uswap_mm_stats st, st0;
 	struct uswap_stats ss;
 	struct uswap_mm *m = NULL, *m2 = NULL;
+	uint64_t tlb0, tlb1, evicted;
 	unsigned char *region = NULL, *plain, *kinds;
 	uint32_t *touched, *lat;
 	uint64_t npages, bad;
@@ -413,6 +449,7 @@ int bench_mm(int argc, char **argv)
 	mo.limit_bytes = o.limit;
 	mo.tiers = o.tiers;
 	mo.sigbus_mode = o.sigbus;
+	mo.discards_reported = !o.remove_events; /* the region is never madvise()d; as under uswap run */
 	ret = uswap_mm_create(&m, &mo);
 	if (ret) {
 		fprintf(stderr, "uswap: bench mm: %s\n", uswap_errmsg());
@@ -430,6 +467,8 @@ int bench_mm(int argc, char **argv)
 	t0 = cli_now();
 	fill(region, npages, kinds);
 	fill_s = cli_now() - t0;
+	uswap_mm_stats(m, &st0);
+	tlb0 = tlb_shootdowns();
 	for (unsigned k = 0; k < 3; k++) {
 		res[k].name = pats[k].name;
 		if (run_pattern(&o, m, region, plain, kinds, touched, pats[k].c, &res[k], lat)) {
@@ -443,7 +482,9 @@ int bench_mm(int argc, char **argv)
 				(unsigned long long)res[k].swapins, (unsigned long long)res[k].lru_misses);
 	}
 	uswap_mm_stats(m, &st);
+	tlb1 = tlb_shootdowns();
 	uswap_stats(uswap_mm_swap(m), &ss);
+	evicted = st.evicted_pages - st0.evicted_pages;
 	bad = verify(region, npages, kinds, touched);
 
 	/* First touches: the kernel's, then a fresh instance with room to spare (no reclaim). */
@@ -473,15 +514,20 @@ int bench_mm(int argc, char **argv)
 	printf("},\"kernel_fault_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_kernel\":%.2f,"
 	       "\"handler_swapin_us_p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
 	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"wp_faults\":%llu,\"readahead_pages\":%llu,\"store_failures\":%llu,"
-	       "\"mm_meta_bytes_per_page\":%.2f,\"swap_meta_bytes_per_page\":%.2f,\"bad_pages\":%llu,"
-	       "\"verified\":%s}\n",
+	       "\"mm_meta_bytes_per_page\":%.2f,\"swap_meta_bytes_per_page\":%.2f,"
+	       "\"discards_reported\":%s,\"tlb_flushes_per_evicted_page\":%.3f,\"evict_us_per_page\":%.2f,"
+	       "\"bad_pages\":%llu,\"verified\":%s}\n",
 	       kernel_us, first_mm_us, kernel_us > 0 ? first_mm_us / kernel_us : 0.0, st.swapin_ns_p50 / 1e3,
 	       st.swapin_ns_p99 / 1e3, (unsigned long long)st.direct_reclaims,
 	       (unsigned long long)st.evictions, (unsigned long long)st.clean_evictions,
 	       (unsigned long long)st.wp_faults, (unsigned long long)st.readahead_pages,
 	       (unsigned long long)st.store_failures, (double)st.meta_bytes / (double)npages,
-	       ss.pages ? (double)ss.meta_bytes / (double)ss.pages : 0.0, (unsigned long long)bad,
-	       bad ? "false" : "true");
+	       ss.pages ? (double)ss.meta_bytes / (double)ss.pages : 0.0, o.remove_events ? "false" : "true",
+	       evicted && tlb1 >= tlb0 ? (double)(tlb1 - tlb0) / (double)evicted : 0.0,
+	       evicted ? (double)(st.reclaim_ns - st0.reclaim_ns - (st.reclaim_store_ns - st0.reclaim_store_ns)) /
+				 1e3 / (double)evicted
+		       : 0.0,
+	       (unsigned long long)bad, bad ? "false" : "true");
 	uswap_unmap(m, region, o.size);
 	uswap_mm_destroy(m);
 	munmap(plain, o.size);

@@ -26,6 +26,7 @@
 #include "mm/mm.h"
 #include "mm/uffd.h"
 #include "util/thread.h"
+#include "util/alloc.h"
 
 static uint64_t now_ns(void)
 {
@@ -258,7 +259,7 @@ static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 				/* Pages the kernel zaps first are holes that uffd_move() steps over. */
 				uffd_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
 				if (memchr(st, MV_MOVED, n))
-					madvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
+					umadvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
 				i += n;
 			}
 			pages_drop(m, r, first, fend);
@@ -267,6 +268,62 @@ static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 		}
 	}
 	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
+/*
+ * uswap_mm_discard(). With remove events, the kernel tells the handlers of the madvise() (on_remove())
+ * and we only wait until they applied it. Without them (discards_reported), every page of the range
+ * becomes NONE (copies freed, shadow pages dropped) and is zapped while its folio is still locked,
+ * so that reclaim never copies a page of it while the kernel zaps. The folio locks of a chunk are
+ * taken in address order, waiting for each while holding the ones before: everyone else who holds
+ * several (reclaim, fault-around, readahead) only try-locks the others, so this cannot deadlock.
+ * The zap needs no handler (no event), so holding locks across it is safe.
+ */
+#define DISCARD_CHUNK 512 /* folios locked at once */
+int fault_discard(struct uswap_mm *m, uintptr_t start, uintptr_t end)
+{
+	int ret = 0, err;
+
+	if (!m->discards_reported) {
+		ret = umadvise((void *)start, end - start, MADV_DONTNEED);
+		fault_settle(m);
+		return ret;
+	}
+	fault_settle(m); /* a range moved or unmapped before this call is where the table says */
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	for (unsigned ri = region_after(m, start); ri < m->nr_regions && m->tbl[ri]->start < end; ri++) {
+		struct mm_region *r = m->tbl[ri];
+		uintptr_t a = start > r->start ? start : r->start;
+		uintptr_t b = end < r->end ? end : r->end;
+		size_t flast = region_folio(r, b - 1);
+
+		atomic_fetch_add(&m->c.events_remove, 1);
+		for (size_t f0 = region_folio(r, a); f0 <= flast; f0 += DISCARD_CHUNK) {
+			size_t f1 = f0 + DISCARD_CHUNK - 1 < flast ? f0 + DISCARD_CHUNK - 1 : flast;
+			size_t p0 = region_page(r, a), p1 = region_page(r, b), first, fend, tmp;
+			uintptr_t ca, cb;
+
+			for (size_t fi = f0; fi <= f1; fi++)
+				folio_lock(&r->folios[fi]);
+			region_folio_pages(r, f0, &first, &tmp);
+			region_folio_pages(r, f1, &tmp, &fend);
+			first = first > p0 ? first : p0;
+			fend = fend < p1 ? fend : p1;
+			ca = region_addr(r, first);
+			cb = region_addr(r, fend);
+			pages_drop(m, r, first, fend);
+			for (size_t fi = f0; fi <= f1; fi++)
+				folio_summarize(m, r, fi);
+			err = umadvise((void *)ca, cb - ca, MADV_DONTNEED);
+			ret = ret ? ret : err;
+			for (size_t fi = f0; fi <= f1; fi++)
+				folio_unlock(&r->folios[fi]);
+		}
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+	/* What no region covers (a plain mapping in the range) is the kernel's alone. */
+	err = umadvise((void *)start, end - start, MADV_DONTNEED);
+	return ret ? ret : err;
 }
 
 static void on_unmap(struct uswap_mm *m, uintptr_t start, uintptr_t end, uint64_t seq)

@@ -130,8 +130,9 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 		atomic_store(&m->budget_pages, mm_pages(o->limit_bytes));
 
 	m->sigbus = o && o->sigbus_mode;
-	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_REMOVE |
-				UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMAP |
+	m->discards_reported = o && o->discards_reported;
+	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_UNMAP |
+				UFFD_FEATURE_EVENT_REMAP | (m->discards_reported ? 0 : UFFD_FEATURE_EVENT_REMOVE) |
 				(m->sigbus ? UFFD_FEATURE_SIGBUS : 0),
 			&m->uffd);
 	if (ret)
@@ -229,6 +230,7 @@ static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
 
 void uswap_mm_destroy(struct uswap_mm *m)
 {
+
 	if (!m)
 		return;
 	fork_untrack(m);
@@ -459,6 +461,19 @@ ssize_t uswap_mm_shrink(struct uswap_mm *m, uint64_t target_bytes)
 	return (ssize_t)(reclaim_run(m, target_bytes / MM_PAGE, true) * MM_PAGE);
 }
 
+int uswap_mm_discard(struct uswap_mm *m, void *addr, size_t len)
+{
+	uintptr_t a = (uintptr_t)addr;
+
+	if (mm_in_child(m))
+		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
+	if ((a | len) & (MM_PAGE - 1))
+		return err_set(-EINVAL, "uswap_mm_discard: %p + %zu is not page aligned", addr, len);
+	if (!len)
+		return 0;
+	return fault_discard(m, a, a + len);
+}
+
 int uswap_mm_sync(struct uswap_mm *m)
 {
 	if (mm_in_child(m))
@@ -498,6 +513,8 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->soft_faults = atomic_load(&c->soft_faults);
 	st->wp_faults = atomic_load(&c->wp_faults);
 	st->demotions = atomic_load(&c->demotions);
+	st->reclaim_ns = atomic_load(&c->reclaim_ns);
+	st->reclaim_store_ns = atomic_load(&c->store_ns);
 	st->evictions = atomic_load(&c->evictions);
 	st->evicted_pages = atomic_load(&c->evicted_pages);
 	st->clean_evictions = atomic_load(&c->clean_evictions);

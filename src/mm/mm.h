@@ -166,7 +166,7 @@ struct mm_handler {
 struct mm_counters {
 	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults, evictions, evicted_pages,
 		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
-		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults;
+		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults, reclaim_ns, store_ns;
 };
 
 /* A range of addresses [start, end). */
@@ -195,6 +195,12 @@ struct uswap_mm {
 	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
 	_Atomic uint64_t budget_pages; /* pool_in_limit: resident + the layer's memory (0: no limit) */
 	bool pool_in_limit;
+	/*
+	 * The program reports its discards (uswap_mm_discard()); uffd raises no REMOVE events, so a
+	 * page we hold as PRESENT stays mapped until we zap it, and reclaim takes pages out of the
+	 * program's range in batches (copy, then one process_madvise() per batch).
+	 */
+	bool discards_reported;
 	_Atomic unsigned inactive_pct;
 	unsigned folio_shift;  /* default of regions */
 	unsigned fault_around; /* pages zero-filled around a first touch */
@@ -293,6 +299,8 @@ unsigned char *fault_stage_get(struct uswap_mm *m, unsigned *slot);
 void fault_stage_put(struct uswap_mm *m, unsigned slot);
 /* uswap_prefault() of [start, end), page aligned. Context: no lock held. Return: 0 or -EAGAIN. */
 int fault_prefault(struct uswap_mm *m, uintptr_t start, uintptr_t end);
+/* uswap_mm_discard() of [start, end), page aligned. Context: no lock held. Return: 0 or -errno. */
+int fault_discard(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 uint64_t hist_percentile(const struct mm_hist *h, double p);
 
 /* swapin.c */
@@ -401,6 +409,13 @@ enum { MV_LEFT, MV_MOVED, MV_HOLE };
 int uffd_move(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t src, size_t n, bool wake, uint8_t *st);
 int uffd_wake(int uffd, uintptr_t start, size_t len);
 int uffd_unprotect(int uffd, uintptr_t start, size_t len);
+/* Write-protect [start, start + len): the threads that write there wait for uffd_unprotect(). */
+int uffd_protect(int uffd, uintptr_t start, size_t len);
+/*
+ * Which of @n pages from @addr are mapped (present, or in the kernel's swap), into @out[j] (0/1).
+ * Return: 0; -1 no mapping, or no way to tell.
+ */
+int uffd_pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out);
 /* A page whose data cannot be read back: later accesses get SIGBUS, as with a swap read error. */
 void uffd_poison(int uffd, uintptr_t addr, size_t len);
 

@@ -14,6 +14,7 @@
  * folio has to prove it is still in use. This is the kernel's active/inactive scheme (and the BSD
  * two-handed clock) with a fault standing in for the access bit.
  */
+#include <assert.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -26,6 +27,7 @@
 #include "mm/mm.h"
 #include "mm/uffd.h"
 #include "util/thread.h"
+#include "util/alloc.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -90,12 +92,17 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 
 /* ---- the hands ---- */
 
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+	return now_ns() / 1000000;
 }
 
 /*
@@ -169,6 +176,27 @@ static ssize_t demote_pages(struct uswap_mm *m, struct mm_region *r, size_t firs
 	return ret && !moved ? ret : (ssize_t)moved;
 }
 
+/*
+ * Zap @n ranges of our own address space (shadow pages, or program pages already copied to the
+ * shadow) with one process_madvise(): one TLB flush for all of them.
+ */
+static void release_ranges(struct uswap_mm *m, const struct iovec *iov, unsigned n)
+{
+	size_t total = 0;
+	ssize_t done = -1;
+
+	for (unsigned i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (n > 1 && m->pidfd >= 0)
+		done = syscall(SYS_process_madvise, m->pidfd, iov, n, MADV_DONTNEED, 0);
+	if (done == (ssize_t)total)
+		return;
+	/* A kernel without DONTNEED in process_madvise (before 6.13), or a partial result. */
+	for (unsigned i = 0; i < n; i++)
+		umadvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
+}
+
+
 static ssize_t demote_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t *busy,
 			    size_t *busy_len)
 {
@@ -197,27 +225,11 @@ static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t
 	atomic_fetch_sub(&m->inactive, dp);
 }
 
-static void shadow_release(struct uswap_mm *m, const struct iovec *iov, unsigned n)
-{
-	size_t total = 0;
-	ssize_t done = -1;
-
-	for (unsigned i = 0; i < n; i++)
-		total += iov[i].iov_len;
-	if (n > 1 && m->pidfd >= 0)
-		done = syscall(SYS_process_madvise, m->pidfd, iov, n, MADV_DONTNEED, 0);
-	if (done == (ssize_t)total)
-		return;
-	/* A kernel without DONTNEED in process_madvise (before 6.13), or a partial result. */
-	for (unsigned i = 0; i < n; i++)
-		madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
-}
-
 /* Release the batch's shadow pages, then count them gone and unlock their folios. */
 static void batch_flush(struct uswap_mm *m, struct release_batch *b)
 {
 	if (b->nr_iov)
-		shadow_release(m, b->iov, b->nr_iov);
+		release_ranges(m, b->iov, b->nr_iov);
 	atomic_fetch_sub(&m->resident, b->pages);
 	atomic_fetch_sub(&m->inactive, b->pages);
 	atomic_fetch_add(&m->c.evicted_pages, b->pages);
@@ -279,7 +291,10 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 			if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) < WP_SCORE_MAX)
 				atomic_fetch_add_explicit(&m->wp_score, 1, memory_order_relaxed);
 		} else {
+			uint64_t t0 = now_ns();
+
 			ret = uswap_store(m->swap, (const void *)region_shadow(r, i), n, &id);
+			atomic_fetch_add_explicit(&m->c.store_ns, now_ns() - t0, memory_order_relaxed);
 			if (ret) {
 				atomic_fetch_add(&m->c.store_failures, 1);
 				evict_undo(m, r, i, n);
@@ -350,6 +365,7 @@ static uintptr_t hand_addr(struct mm_region *r, size_t fi)
 	return a < r->start ? r->start : a;
 }
 
+
 struct hand_result {
 	size_t pages;   /* demoted or evicted */
 	size_t touched; /* folios whose reference bit was cleared: progress of a kind */
@@ -358,6 +374,190 @@ struct hand_result {
 	size_t cow_len[MAX_COW];
 	unsigned nr_cow;
 };
+
+/*
+ * Demotion in batches (discards_reported): the front hand gathers unreferenced present folios in
+ * address order, within WINDOW_PAGES of one region, and demotes them together without a TLB flush
+ * per run of pages:
+ *  1. one UFFDIO_WRITEPROTECT over the window (one flush): from here a program write to any page of
+ *     it waits in a write-protect fault, for our folio lock if it is a victim's;
+ *  2. each run of the victims' present pages is copied into its (empty) shadow slots with
+ *     UFFDIO_COPY, which flushes nothing; a page shared with a fork child is copied like any other;
+ *  3. one process_madvise(MADV_DONTNEED) zaps the copied runs (one flush);
+ *  4. the protection is lifted from the present, dirty pages of the window that stay: the victims'
+ *     pages that did not copy, and the other folios' (each try-locked meanwhile, so that none of
+ *     their pages turns clean, i.e. protected on purpose, under us; one that is busy keeps it until
+ *     its next write, which faults and lifts it).
+ * A write that waited on a victim finds its page demoted and brings it back by a soft fault. Pages
+ * that would not copy (a hole, a vma that went or refuses) go the way of demote_pages().
+ * Only with discards_reported: otherwise each zapped range raises a REMOVE event and stops us until
+ * a handler reads it, and a program's MADV_DONTNEED could zap a page between our look at the page
+ * tables and our copy, which would then wait for a fault that only the handlers serve.
+ */
+#define WINDOW_PAGES  512 /* span of a batch: the pages it write-protects for a moment */
+#define WINDOW_FOLIOS 128 /* victims in a batch */
+
+struct demote_window {
+	struct mm_region *r;
+	size_t first, end; /* pages of r: the first victim's first page, the last one's end */
+	size_t fi[WINDOW_FOLIOS];
+	unsigned n;
+	size_t pages; /* present pages of the victims, when added */
+};
+
+static bool window_fits(const struct demote_window *w, struct mm_region *r, size_t fi)
+{
+	size_t first, end;
+
+	if (!w->n)
+		return true;
+	region_folio_pages(r, fi, &first, &end);
+	return w->r == r && w->n < WINDOW_FOLIOS && end - w->first <= WINDOW_PAGES;
+}
+
+static void window_add(struct demote_window *w, struct mm_region *r, size_t fi)
+{
+	size_t first, end;
+
+	region_folio_pages(r, fi, &first, &end);
+	if (!w->n) {
+		w->r = r;
+		w->first = first;
+		w->pages = 0;
+	}
+	w->end = end;
+	w->fi[w->n++] = fi;
+	w->pages += folio_present_pages(r, fi);
+}
+
+/*
+ * Step 4 above: lift the protection of the present, dirty pages of the window, by runs of pages
+ * whose folios we hold: the victims (locked by us) and every other folio of the window we can
+ * try-lock (for a moment, so that no page of it turns clean, i.e. protected on purpose, under us).
+ */
+static void window_unprotect(struct uswap_mm *m, struct demote_window *w)
+{
+	struct mm_region *r = w->r;
+	size_t f0 = region_folio(r, region_addr(r, w->first)), nf = region_folio(r, region_addr(r, w->end - 1)) + 1 - f0;
+	bool held[WINDOW_PAGES], locked[WINDOW_PAGES];
+	size_t run = 0, present = 0;
+	unsigned k = 0;
+
+	assert(nf <= WINDOW_PAGES);
+	for (size_t j = 0; j < nf; j++) {
+		bool victim = k < w->n && w->fi[k] == f0 + j;
+
+		k += victim;
+		locked[j] = !victim && folio_trylock(&r->folios[f0 + j]);
+		held[j] = victim || locked[j];
+	}
+	for (size_t i = w->first; i <= w->end; i++) {
+		bool ok = i < w->end && held[region_folio(r, region_addr(r, i)) - f0] &&
+			  !(pg_kind(r->pages[i]) == PG_PRESENT && (r->pages[i] & PG_CLEAN));
+
+		if (ok) {
+			if (!present && pg_kind(r->pages[i]) != PG_PRESENT)
+				continue;
+			if (!present)
+				run = i;
+			present = i + 1; /* the run ends after its last present page */
+			continue;
+		}
+		if (present)
+			uffd_unprotect(m->uffd, region_addr(r, run), (present - run) * MM_PAGE);
+		present = 0;
+	}
+	for (size_t j = 0; j < nf; j++)
+		if (locked[j])
+			folio_unlock(&r->folios[f0 + j]);
+}
+
+/*
+ * Demote the window's victims (steps 1-4 above), then let each go: summarized and unlocked. Pages
+ * that did not copy go through demote_pages(); one shared with a fork child there (-EBUSY) is noted
+ * in @res for cow_break(). Return: pages demoted.
+ */
+static size_t window_flush(struct uswap_mm *m, struct demote_window *w, struct hand_result *res)
+{
+	struct mm_region *r = w->r;
+	size_t n = w->end - w->first, moved = 0, left = 0;
+	uint8_t st[WINDOW_PAGES]; /* 0 not there, 1 mapped, 2 copied */
+	struct iovec iov[WINDOW_PAGES / 2 + 1];
+	unsigned nio = 0;
+
+	if (!w->n)
+		return 0;
+	assert(n <= WINDOW_PAGES);
+	if (uffd_protect(m->uffd, region_addr(r, w->first), n * MM_PAGE) ||
+	    uffd_pages_mapped(m, region_addr(r, w->first), n, st))
+		memset(st, 0, n); /* no copies: every victim goes by demote_pages() */
+	for (unsigned k = 0; k < w->n; k++) {
+		size_t first, end;
+
+		region_folio_pages(r, w->fi[k], &first, &end);
+		for (size_t i = first; i < end;) {
+			size_t c = 0, done = 0;
+
+			while (i + c < end && pg_kind(r->pages[i + c]) == PG_PRESENT && st[i + c - w->first] == 1)
+				c++;
+			if (!c) {
+				left += pg_kind(r->pages[i]) == PG_PRESENT;
+				i++;
+				continue;
+			}
+			uffd_copy(m->uffd_shadow, region_shadow(r, i), (const void *)region_addr(r, i), c * MM_PAGE,
+				  false, false, &done);
+			done /= MM_PAGE;
+			if (done) {
+				struct iovec *last = nio ? &iov[nio - 1] : NULL;
+
+				if (last && (uintptr_t)last->iov_base + last->iov_len == region_addr(r, i)) {
+					last->iov_len += done * MM_PAGE;
+				} else {
+					iov[nio].iov_base = (void *)region_addr(r, i);
+					iov[nio++].iov_len = done * MM_PAGE;
+				}
+				memset(st + (i - w->first), 2, done);
+			}
+			left += done < c; /* page i + done would not copy; the run goes on after it */
+			i += done < c ? done + 1 : c;
+		}
+	}
+	if (nio)
+		release_ranges(m, iov, nio);
+	for (size_t i = w->first; i < w->end; i++)
+		if (st[i - w->first] == 2) {
+			r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
+			moved++;
+		}
+	atomic_fetch_add(&m->inactive, moved);
+	if (moved)
+		atomic_fetch_add(&m->c.demotions, 1);
+	window_unprotect(m, w);
+	for (unsigned k = 0; k < w->n; k++) {
+		size_t fi = w->fi[k], first, end, busy_len = 0;
+		uintptr_t busy = 0;
+
+		if (left && (atomic_load(&r->folios[fi]) & FL_PRESENT)) {
+			ssize_t got;
+
+			region_folio_pages(r, fi, &first, &end);
+			got = demote_pages(m, r, first, end, &busy, &busy_len);
+			if (got > 0)
+				moved += (size_t)got;
+			if (busy_len && res->nr_cow < MAX_COW) {
+				res->cow[res->nr_cow] = busy;
+				res->cow_len[res->nr_cow++] = busy_len;
+			}
+			if (got == -EBUSY || busy_len)
+				atomic_fetch_or(&r->folios[fi], FL_PINNED);
+		}
+		folio_summarize(m, r, fi);
+		folio_unlock(&r->folios[fi]);
+	}
+	w->n = 0;
+	return moved;
+}
 
 /*
  * The front hand found folio @fi present, unreferenced and locked: demote it, together with the
@@ -458,11 +658,15 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 {
 	uintptr_t *hand = front ? &m->front : &m->back;
 	struct release_batch batch;
+	struct demote_window win;
+	bool batching = front && m->discards_reported && m->pidfd >= 0 && m->pagemap_fd >= 0;
 	size_t scanned = 0, passed = 0;
 
 	batch.nr_iov = batch.nr_folios = 0;
 	batch.pages = 0;
-	while (res->pages < want && scanned < max_scan && passed < max_scan * PASS_PER_FOLIO &&
+	win.n = 0;
+	win.pages = 0;
+	while (res->pages + win.pages < want && scanned < max_scan && passed < max_scan * PASS_PER_FOLIO &&
 	       !atomic_load(&m->forking)) {
 		unsigned ri, chunk = 0, chunk_passed = 0;
 		size_t fi;
@@ -473,7 +677,7 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			return;
 		}
 		while (chunk < LOCK_CHUNK && chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO &&
-		       res->pages < want && scanned < max_scan) {
+		       res->pages + win.pages < want && scanned < max_scan) {
 			struct mm_region *r = m->tbl[ri];
 			size_t skip = hand_skip(r, fi);
 
@@ -510,7 +714,16 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 					atomic_fetch_and(f, ~(FL_PINNED | FL_REF));
 					res->touched++;
 				} else if (folio_trylock(f)) {
-					fi = front_demote(m, r, fi, want, &scanned, res);
+					v = atomic_load(f);
+					if (batching && (v & FL_PRESENT) && !(v & (FL_SHADOW | FL_REF | FL_PINNED))) {
+						if (!window_fits(&win, r, fi)) {
+							res->pages += window_flush(m, &win, res);
+							win.pages = 0;
+						}
+						window_add(&win, r, fi);
+					} else {
+						fi = front_demote(m, r, fi, want, &scanned, res);
+					}
 				}
 			} else if (acts && folio_trylock(f)) {
 				got = evict_folio(m, r, fi, &batch);
@@ -530,6 +743,8 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			}
 		}
 		/* Before tbl_lock goes: a region may go away once it is released. */
+		res->pages += window_flush(m, &win, res);
+		win.pages = 0;
 		batch_flush(m, &batch);
 		*hand = hand_addr(m->tbl[ri], fi);
 		pthread_rwlock_unlock(&m->tbl_lock);
@@ -553,7 +768,7 @@ static void cow_break(struct uswap_mm *m, struct hand_result *res)
 		void *p = (void *)res->cow[i];
 
 		region_unprotect(m, res->cow[i], res->cow[i] + res->cow_len[i]);
-		madvise(p, res->cow_len[i], MADV_POPULATE_WRITE);
+		umadvise(p, res->cow_len[i], MADV_POPULATE_WRITE);
 	}
 	res->nr_cow = 0;
 }
@@ -585,7 +800,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 	if (direct && now_ms() < atomic_load(&m->direct_stall_until_ms))
 		return 0;
 	for (;;) {
-		uint64_t res, inact, want;
+		uint64_t res, inact, want, t0;
 		struct hand_result front = {0}, back = {0};
 
 		/* With the pool in the limit, the target moves with the pool: what it took, or gave back. */
@@ -602,6 +817,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 			pthread_mutex_lock(&m->reclaim_lock);
 		else if (pthread_mutex_trylock(&m->reclaim_lock))
 			break;
+		t0 = now_ns();
 		inact = atomic_load(&m->inactive);
 		if (inact < atomic_load(&m->inactive_target_pages) + want) {
 			uint64_t fwant = atomic_load(&m->inactive_target_pages) + want - inact;
@@ -612,6 +828,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 			hand_advance(m, true, fwant, 4 * fwant + 64, &front);
 		}
 		hand_advance(m, false, want, 4 * want + 64, &back);
+		atomic_fetch_add_explicit(&m->c.reclaim_ns, now_ns() - t0, memory_order_relaxed);
 		pthread_mutex_unlock(&m->reclaim_lock);
 		if (!direct)
 			cow_break(m, &front);

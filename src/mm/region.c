@@ -21,6 +21,7 @@
 #include "mm/mm.h"
 #include "mm/uffd.h"
 #include "util/err.h"
+#include "util/alloc.h"
 
 void *mm_map_mem(size_t len)
 {
@@ -188,14 +189,14 @@ void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t en
 			inactive++;
 			run++;
 		} else if (run) {
-			madvise((void *)region_shadow(r, i - run), run * MM_PAGE, MADV_DONTNEED);
+			umadvise((void *)region_shadow(r, i - run), run * MM_PAGE, MADV_DONTNEED);
 			run = 0;
 		}
 		if (r->pages[i]) /* a sparse region's untouched words stay untouched memory */
 			r->pages[i] = 0;
 	}
 	if (run)
-		madvise((void *)region_shadow(r, end - run), run * MM_PAGE, MADV_DONTNEED);
+		umadvise((void *)region_shadow(r, end - run), run * MM_PAGE, MADV_DONTNEED);
 	atomic_fetch_sub(&m->resident, resident);
 	atomic_fetch_sub(&m->inactive, inactive);
 }
@@ -449,9 +450,9 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 		ret = err_set(-ENOMEM, "cannot reserve %zu bytes of address space for a shadow range", len);
 		goto out_free;
 	}
-	madvise(shadow, len, MADV_NOHUGEPAGE);
+	umadvise(shadow, len, MADV_NOHUGEPAGE);
 	/* A fork child never sees inactive pages (they are brought back before fork anyway). */
-	madvise(shadow, len, MADV_DONTFORK);
+	umadvise(shadow, len, MADV_DONTFORK);
 	ret = uffd_register(m->uffd_shadow, (uintptr_t)shadow, len, UFFDIO_REGISTER_MODE_MISSING,
 			     1ull << _UFFDIO_MOVE);
 	if (ret) {
@@ -461,7 +462,7 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 	r->shadow = (uintptr_t)shadow;
 	r->owned = owned;
 	/* THP would make eviction split huge pages; folios are the unit here. */
-	madvise((void *)start, len, MADV_NOHUGEPAGE);
+	umadvise((void *)start, len, MADV_NOHUGEPAGE);
 	ret = uffd_register(m->uffd, start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
 			     need);
 	if (ret) {

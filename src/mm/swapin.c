@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 
 #include "mm/mm.h"
+#include "util/alloc.h"
 
 /* Load failures told on stderr (with the swap id and tier), like the kernel's swap read errors; then only counted. */
 #define LOAD_FAILURES_LOGGED 10
@@ -91,7 +92,7 @@ static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i, b
 
 	if (ret)
 		return ret;
-	madvise((void *)region_shadow(r, i), MM_PAGE, MADV_DONTNEED);
+	umadvise((void *)region_shadow(r, i), MM_PAGE, MADV_DONTNEED);
 	return 0;
 }
 
@@ -107,7 +108,7 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 			      &done);
 		dp = done / MM_PAGE;
 		if (dp)
-			madvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
+			umadvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
 		for (size_t j = 0; j < dp; j++)
 			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
 	} else {

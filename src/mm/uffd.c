@@ -127,7 +127,7 @@ int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, boo
  * (which fails where there is no mapping at all), refined by /proc/self/pagemap when we have it
  * (mincore() cannot see a page the kernel swapped out). Return: 0; -1 no mapping, or no way to tell.
  */
-static int pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out)
+int uffd_pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out)
 {
 	uint64_t pm[64];
 
@@ -242,7 +242,7 @@ static int move_pages_of(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t 
 		}
 		err = -errno;
 		*erred = true;
-		if (pages_mapped(m, dst + i * MM_PAGE, w, at_dst) || pages_mapped(m, src + i * MM_PAGE, w, at_src)) {
+		if (uffd_pages_mapped(m, dst + i * MM_PAGE, w, at_dst) || uffd_pages_mapped(m, src + i * MM_PAGE, w, at_src)) {
 			/* A range unmapped under us (its event not applied yet): trust the count. */
 			size_t dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
 
@@ -305,6 +305,13 @@ int uffd_wake(int uffd, uintptr_t start, size_t len)
 	struct uffdio_range r = {.start = start, .len = len};
 
 	return ioctl(uffd, UFFDIO_WAKE, &r) ? -errno : 0;
+}
+
+int uffd_protect(int uffd, uintptr_t start, size_t len)
+{
+	struct uffdio_writeprotect wp = {.range = {.start = start, .len = len}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+
+	return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) ? -errno : 0;
 }
 
 int uffd_unprotect(int uffd, uintptr_t start, size_t len)

@@ -44,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -552,6 +553,104 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 	return mmap(addr, len, prot, flags, fd, (off_t)off);
 }
 
+/* ---- discards: the program's MADV_DONTNEED and MADV_FREE reach the instance first ---- */
+
+/*
+ * The instance is made with discards_reported: the kernel raises no REMOVE event for a madvise()
+ * of a registered range (each event stopped the caller until a handler read it, and reclaim's own
+ * zaps raised them too), so every discard the program makes through libc (its own, mimalloc's,
+ * ours of freed blocks) goes through uswap_mm_discard(), which drops what the instance holds of
+ * the range and zaps it with MADV_DONTNEED: MADV_FREE's "zero or old data" becomes zero at once.
+ * A raw madvise system call on a registered range is not seen (docs/mm.md); USWAP_REMOVE_EVENTS=1
+ * keeps the kernel's events instead.
+ */
+typedef int (*madvise_fn)(void *, size_t, int);
+typedef ssize_t (*process_madvise_fn)(int, const struct iovec *, size_t, int, unsigned);
+static madvise_fn real_madvise;
+static process_madvise_fn real_process_madvise;
+static bool g_discards_reported;
+
+static bool discard_advice(int advice)
+{
+	return advice == MADV_DONTNEED || advice == MADV_FREE;
+}
+
+/* Return: 1 the instance took the discard (0 or -errno in *ret), 0 the kernel's alone. */
+static int discard(void *addr, size_t len, int advice, int *ret)
+{
+	size_t l = (len + PAGE_BYTES - 1) & ~(size_t)(PAGE_BYTES - 1);
+
+	if (!discard_advice(advice) || !g_discards_reported || ((uintptr_t)addr & (PAGE_BYTES - 1)) || !l ||
+	    !atomic_load_explicit(&g_managing, memory_order_relaxed) || !ours())
+		return 0;
+	t_internal++;
+	*ret = uswap_mm_discard(g_mm, addr, l);
+	t_internal--;
+	return 1;
+}
+
+int madvise(void *addr, size_t len, int advice)
+{
+	int ret;
+
+	if (discard(addr, len, advice, &ret)) {
+		if (!ret)
+			return 0;
+		errno = -ret;
+		return -1;
+	}
+	if (!real_madvise)
+		real_madvise = (madvise_fn)dlsym(RTLD_NEXT, "madvise");
+	return real_madvise(addr, len, advice);
+}
+
+/* Whether @pidfd names this process (from its fdinfo: process_madvise() on oneself is rare). */
+static bool pidfd_is_self(int pidfd)
+{
+	char path[64], line[128];
+	bool self = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Pid:", 4)) {
+			self = atoi(line + 4) == (int)getpid();
+			break;
+		}
+	fclose(f);
+	return self;
+}
+
+ssize_t process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags)
+{
+	if (discard_advice(advice) && g_discards_reported && !flags && pidfd_is_self(pidfd)) {
+		ssize_t done = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			int ret;
+
+			if (!discard(iov[i].iov_base, iov[i].iov_len, advice, &ret))
+				ret = syscall(SYS_madvise, iov[i].iov_base, iov[i].iov_len, advice) ? -errno : 0;
+			if (ret) {
+				if (done)
+					return done;
+				errno = -ret;
+				return -1;
+			}
+			done += (ssize_t)iov[i].iov_len;
+		}
+		return done;
+	}
+	if (!real_process_madvise)
+		real_process_madvise = (process_madvise_fn)dlsym(RTLD_NEXT, "process_madvise");
+	if (!real_process_madvise)
+		return syscall(SYS_process_madvise, pidfd, iov, n, advice, flags);
+	return real_process_madvise(pidfd, iov, n, advice, flags);
+}
+
 /* ---- locked memory ---- */
 
 /*
@@ -988,6 +1087,8 @@ __attribute__((constructor(101))) static void preload_init(void)
 	 * instance's (which read /proc and may allocate) never meet the cache locked.
 	 */
 	pthread_atfork(cache_lock, cache_unlock, cache_unlock);
+	o.discards_reported = !((s = getenv("USWAP_REMOVE_EVENTS")) && *s && atoi(s));
+	g_discards_reported = o.discards_reported;
 	g_opts = o;
 	ret = uswap_mm_create(&g_mm, &o);
 	if (ret)

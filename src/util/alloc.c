@@ -3,8 +3,11 @@
  */
 #include "util/alloc.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static _Thread_local uint64_t nr_alloc;
 
@@ -55,7 +58,12 @@ void uunreserve(void *p, size_t size)
 		munmap(p, size);
 }
 
+int umadvise(void *p, size_t size, int advice)
+{
+	return syscall(SYS_madvise, p, size, advice) ? -errno : 0;
+}
+
 void urelease_pages(void *p, size_t size)
 {
-	madvise(p, size, MADV_DONTNEED);
+	umadvise(p, size, MADV_DONTNEED);
 }

@@ -21,6 +21,12 @@ void *ureserve(size_t size);
 void uunreserve(void *p, size_t size);
 void urelease_pages(void *p, size_t size);
 
+/*
+ * madvise() as the system call, never through a symbol a preloaded program may interpose (under
+ * `uswap run` the preload library's madvise() reports discards to the instance). Return: 0 or -errno.
+ */
+int umadvise(void *p, size_t size, int advice);
+
 /* Allocation calls made by this thread, through ualloc*() and ureserve(). */
 uint64_t ualloc_count(void);
 
