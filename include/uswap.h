@@ -119,7 +119,9 @@ struct uswap_tier_stats {
 	uint64_t meta_bytes;     /* the tier's own metadata (allocator bookkeeping) */
 	uint64_t stores, loads, rejects, errors;
 	uint64_t writeback_in, writeback_out; /* pages received from above / pushed below */
+	uint64_t load_ns;                      /* time spent loading */
 	uint32_t off;                          /* 1 after uswap_swapoff() */
+	uint32_t in_memory;                    /* 1: holds pages in this process's memory (a pool) */
 };
 
 struct uswap_stats {
@@ -137,6 +139,13 @@ struct uswap_stats {
 
 /* uswap_stats() - a snapshot of the counters. Return: 0. */
 int uswap_stats(struct uswap *u, struct uswap_stats *st);
+
+/*
+ * uswap_mem_capacity() - cap the memory the memory tiers (compressed pools) may hold at @bytes, each
+ * within the max= it was opened with; what they hold beyond goes down to the next tier by writeback.
+ * Return: the capacity now in bytes (> 0); -EOPNOTSUPP no tier holds pages in memory.
+ */
+int64_t uswap_mem_capacity(struct uswap *u, uint64_t bytes);
 
 /*
  * uswap_mem_bytes() - memory of this process that the tiers hold pages in now (a compressed pool's
@@ -299,6 +308,7 @@ struct uswap_mm_stats {
 	uint64_t swapin_ns_p50, swapin_ns_p99; /* fault handler time of faults that loaded */
 	uint64_t reclaim_ns;       /* time the clock hands ran (reclaimer and direct reclaim) */
 	uint64_t reclaim_store_ns; /* ... of which in the swap layer's store (compression, tier I/O) */
+	uint64_t pool_share_bytes; /* pool_in_limit: what the pool may hold of the limit now (moves with misses) */
 	uint64_t meta_bytes;       /* mm's own bookkeeping: page and folio state, region table */
 	uint64_t buffer_bytes;     /* staging buffers of the fault path (address space, touched lazily) */
 };

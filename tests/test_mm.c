@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -315,6 +316,73 @@ static void test_mm_pool_in_limit(void)
 	CHECK_EQ(uswap_mm_set_limit(m, 24 * MiB), 0);
 	stats_with_mem(m, &st, &mem);
 	CHECK(st.limit_bytes > 16 * MiB && st.limit_bytes + mem <= 24 * MiB + PS);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
+ * The pool's share of the budget: half at first; while every miss is served by the pool (pages that
+ * compress well and all fit in it) it shrinks, never under an eighth; once misses come from the file (random pages)
+ * and cost more there, it grows back. Each phase touches pages until the share moves (at most 20 s,
+ * about 1 s here); every page reads back.
+ */
+static void test_mm_pool_share(void)
+{
+	const uint64_t budget = 16 * MiB;
+	const size_t n = 10240, nt = 5120; /* 40 MiB: 20 MiB of pages a quarter text, then 20 of random */
+	struct uswap_mm_options o = {.limit_bytes = budget, .tiers = "same,zpool:lz4:max=8M,file:size=256M",
+				     .pool_in_limit = 1, .discards_reported = 1};
+	struct uswap_mm_stats st;
+	struct uswap_mm *m = NULL;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	uint64_t s = seed_for(42), shrunk;
+	unsigned char *p;
+	volatile unsigned char sink = 0;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	if (ret)
+		return;
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.pool_share_bytes, budget / 2);
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < nt; i++) {
+		fill_page(p + i * PS, PK_TEXT, seed_for(i));
+		memset(p + i * PS + PS / 4, 0, PS - PS / 4); /* ~4:1 in the pool: all of them fit */
+		sums[i] = csum_buf(p + i * PS, PS);
+	}
+	for (time_t end = time(NULL) + 20; time(NULL) < end;) {
+		for (int k = 0; k < 2000; k++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			sink += p[(s >> 33) % nt * PS + 7];
+		}
+		uswap_mm_stats(m, &st);
+		if (st.pool_share_bytes < budget / 2)
+			break;
+	}
+	CHECK(st.pool_share_bytes < budget / 2);
+	CHECK(st.pool_share_bytes >= budget / 8);
+	shrunk = st.pool_share_bytes;
+	for (size_t i = nt; i < n; i++) {
+		fill_page(p + i * PS, PK_RANDOM, seed_for(i));
+		sums[i] = csum_buf(p + i * PS, PS);
+	}
+	for (time_t end = time(NULL) + 20; time(NULL) < end;) {
+		for (int k = 0; k < 2000; k++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			sink += p[(s >> 33) % n * PS + 7];
+		}
+		uswap_mm_stats(m, &st);
+		if (st.pool_share_bytes > shrunk)
+			break;
+	}
+	CHECK(st.pool_share_bytes > shrunk);
+	CHECK(st.pool_share_bytes <= budget / 2);
+	(void)sink;
+	CHECK_EQ(verify_pages(p, n, sums), 0);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	uswap_mm_destroy(m);
 	free(sums);
@@ -825,6 +893,6 @@ out:
 }
 
 CHECK_MAIN(T(test_mm_basic), T(test_mm_signals_blocked), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
-	   T(test_mm_pool_in_limit), T(test_mm_threads_4x_limit), T(test_mm_batched_threads), T(test_mm_discard), T(test_mm_folio_sweep),
+	   T(test_mm_pool_in_limit), T(test_mm_pool_share), T(test_mm_threads_4x_limit), T(test_mm_batched_threads), T(test_mm_discard), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
 	   T(test_mm_sigbus_foreign))

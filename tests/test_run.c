@@ -148,12 +148,12 @@ static void same_output_opts(const char *limit, char *const opts[], char *const 
 		CHECK(json_num(js, "swapins") > 0);
 		CHECK_EQ(json_num(js, "load_failures"), 0);
 	}
-	/* Default tiers: the limit is a budget for resident pages and the pool, the pool up to a quarter. */
+	/* Default tiers: the limit is a budget for resident pages and the pool, the pool up to half. */
 	uint64_t budget = 0;
 	CHECK_EQ(uswap_parse_size(limit, 1, &budget), 0);
 	CHECK_EQ(json_num(js, "budget_bytes"), (long long)budget);
 	CHECK(json_num(js, "limit_bytes") <= (long long)budget);
-	CHECK(json_num(js, "limit_bytes") >= (long long)(budget - budget / 4 - 4096));
+	CHECK(json_num(js, "limit_bytes") >= (long long)(budget - budget / 2 - 4096));
 	free(js);
 }
 

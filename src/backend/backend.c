@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 
 /* Store order does not matter here; the tier string decides it. New backends add one line. */
@@ -100,25 +101,43 @@ static int load_counted(struct backend *b, int ret)
 	return ret;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The time of a load, for the balance of a memory budget between a pool and the tiers below it. */
+static int load_timed(struct backend *b, int ret, uint64_t t0)
+{
+	atomic_fetch_add_explicit(&b->load_ns, mono_ns() - t0, memory_order_relaxed);
+	return load_counted(b, ret);
+}
+
 int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst)
 {
+	uint64_t t0 = mono_ns();
+
 	if (fault_fires(&b->fault.load_nth, b->fault.sticky))
 		return load_counted(b, b->fault.load_err);
-	return load_counted(b, b->ops->load(b, owner, handles, npages, dst));
+	return load_timed(b, b->ops->load(b, owner, handles, npages, dst), t0);
 }
 
 int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
 		     void *dst)
 {
+	uint64_t t0 = mono_ns();
 	int ret = 0;
 
 	if (fault_fires(&b->fault.load_nth, b->fault.sticky))
 		return load_counted(b, b->fault.load_err);
 	if (b->ops->load_vec)
-		return load_counted(b, b->ops->load_vec(b, owners, handles, npages, dst));
+		return load_timed(b, b->ops->load_vec(b, owners, handles, npages, dst), t0);
 	for (size_t i = 0; i < npages && !ret; i++)
 		ret = b->ops->load(b, owners[i], handles + i, 1, (char *)dst + i * PAGE_SIZE);
-	return load_counted(b, ret);
+	return load_timed(b, ret, t0);
 }
 
 void backend_release(struct backend *b, uint32_t owner, uint64_t handle)
@@ -165,6 +184,13 @@ void backend_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->writeback_in = atomic_load(&b->wb_in);
 	st->writeback_out = atomic_load(&b->wb_out);
 	st->off = atomic_load(&b->off);
+	st->load_ns = atomic_load(&b->load_ns);
+	st->in_memory = b->ops->mem_bytes != NULL;
+}
+
+uint64_t backend_set_capacity(struct backend *b, uint64_t bytes)
+{
+	return b->ops->set_capacity ? b->ops->set_capacity(b, bytes) : 0;
 }
 
 ssize_t backend_peek(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt)

@@ -85,6 +85,11 @@ struct uswap_backend_ops {
 	ssize_t (*peek)(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt);
 	int (*store_obj)(struct backend *b, const void *obj, size_t len, unsigned fmt, uint32_t owner,
 			 uint64_t *handle);
+	/*
+	 * Optional, memory tiers: hold at most @bytes from now on, within what open() sized; what it holds
+	 * beyond goes down by writeback. Return: the capacity now, in bytes.
+	 */
+	uint64_t (*set_capacity)(struct backend *b, uint64_t bytes);
 };
 
 /* Test hook: fail the nth next call of an op with err (see backend_inject()). */
@@ -103,6 +108,7 @@ struct backend {
 	/* refused a store for want of room (not for an incompressible page): writeback wanted */
 	_Atomic bool full;
 	_Atomic uint64_t nr_pages, stores, loads, rejects, errors, wb_in, wb_out;
+	_Atomic uint64_t load_ns; /* time spent in load() and load_vec() */
 	struct backend_fault fault;
 };
 
@@ -119,6 +125,8 @@ int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, siz
 int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *handles, size_t npages,
 		     void *dst);
 void backend_release(struct backend *b, uint32_t owner, uint64_t handle);
+/* set_capacity() if the backend has it. Return: the capacity now, 0 without it. */
+uint64_t backend_set_capacity(struct backend *b, uint64_t bytes);
 int backend_flush(struct backend *b);
 size_t backend_cold(struct backend *b, uint32_t *owners, size_t max);
 size_t backend_sparse(struct backend *b, uint32_t *owners, size_t max);

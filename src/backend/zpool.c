@@ -90,7 +90,8 @@ struct zpool {
 	unsigned char *map; /* the reservation; base is it aligned to a chunk */
 	size_t map_len;
 	uint32_t lru_head, lru_tail;
-	uint64_t max_bytes;
+	_Atomic uint64_t max_bytes; /* the capacity now */
+	uint64_t open_bytes; /* max= at open: what blocks and address space were sized for */
 	size_t reject_len; /* compressed length above which a page is refused as incompressible */
 	struct zblock *blocks;
 	struct zclass cls[ZP_NR_CLASSES];
@@ -511,7 +512,7 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	zp = ualloc_zero(sizeof(*zp));
 	if (!zp)
 		return -ENOMEM;
-	zp->max_bytes = max;
+	zp->max_bytes = zp->open_bytes = max;
 	/*
 	 * Memory is bounded by committed pages, not by blocks: a block costs only the pages below its high
 	 * water. Reserve one spare block per size class so that a small pool, whose classes each hold a
@@ -812,6 +813,20 @@ int zpool_corrupt(struct backend *b, uint64_t h)
 	return 0;
 }
 
+/* At least a chunk: a pool that cannot hold one object of each class is of no use. */
+static uint64_t zpool_set_capacity(struct backend *b, uint64_t bytes)
+{
+	struct zpool *zp = b->priv;
+	uint64_t floor = zp->chunked ? ZP_CHUNK_SIZE : (uint64_t)PAGE_SIZE * zp->nr_classes;
+
+	if (bytes > zp->open_bytes)
+		bytes = zp->open_bytes;
+	if (bytes < floor)
+		bytes = floor < zp->open_bytes ? floor : zp->open_bytes;
+	atomic_store(&zp->max_bytes, bytes);
+	return bytes;
+}
+
 const struct uswap_backend_ops zpool_backend_ops = {
 	.name = "zpool",
 	.caps = BACKEND_LRU | BACKEND_COMPACT | BACKEND_PACKED,
@@ -827,4 +842,5 @@ const struct uswap_backend_ops zpool_backend_ops = {
 	.mem_bytes = zpool_mem_bytes,
 	.peek = zpool_peek,
 	.store_obj = zpool_store_obj,
+	.set_capacity = zpool_set_capacity,
 };

@@ -5,8 +5,9 @@
  * by a signal are passed on as ours.
  *
  * --limit is the memory budget of the program's anonymous pages: with the default tiers it covers the
- * resident pages and the compressed pool together (the pool may take up to a quarter; the resident
- * pages get whatever the pool does not use); with --tiers it is the resident limit alone, and the
+ * resident pages and the compressed pool together (the pool's share starts at half and moves between
+ * an eighth and half with what misses cost from the pool and from the file; the resident pages get
+ * whatever the pool does not use); with --tiers it is the resident limit alone, and the
  * pool's own max= applies.
  */
 #include <dirent.h>
@@ -33,8 +34,8 @@ static const char run_usage[] =
 	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--fork-child own|plain] [--stats]\n"
 	"                 [--stats-json FILE] -- PROGRAM [ARGS...]\n"
 	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required)\n"
-	"  --tiers SPEC       tier stack (default: same, a compressed pool of a quarter of the limit,\n"
-	"                     an unnamed swap file); see uswap(1)\n"
+	"  --tiers SPEC       tier stack (default: same, a compressed pool sharing the limit, from an\n"
+	"                     eighth to half of it, an unnamed swap file); see uswap(1)\n"
 	"  --folio SIZE       unit of eviction and swap-in, 4K..2M, a power of two (default 4K)\n"
 	"  --fork-child MODE  a child forked without exec: own (an instance of its own, with the same\n"
 	"                     limit, for the memory it adds; the default) or plain (unmanaged)\n"
@@ -390,7 +391,8 @@ int cmd_run(int argc, char **argv)
 		return cli_usage_error("run: --fork-child \"%s\" is neither own nor plain", fork_child);
 	bool pool_in_limit = !tiers;
 	if (!tiers) {
-		uint64_t pool = limit_bytes / 4;
+		/* At most half; the instance moves its share between an eighth and half (reclaim.c). */
+		uint64_t pool = limit_bytes / 2;
 
 		snprintf(tiers_buf, sizeof(tiers_buf), "same,zpool:lz4:max=%lluK,file",
 			 (unsigned long long)(pool >> 10));

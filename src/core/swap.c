@@ -437,6 +437,15 @@ int uswap_free(struct uswap *u, uswap_id_t id)
 	return uswap_free_pages(u, id, 0, (size_t)n);
 }
 
+int64_t uswap_mem_capacity(struct uswap *u, uint64_t bytes)
+{
+	uint64_t cap = 0;
+
+	for (unsigned t = 0; t < u->nr_tiers; t++)
+		cap += backend_set_capacity(&u->tier[t], bytes);
+	return cap ? (int64_t)cap : -EOPNOTSUPP;
+}
+
 uint64_t uswap_mem_bytes(struct uswap *u)
 {
 	uint64_t bytes = 0;

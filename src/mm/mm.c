@@ -179,6 +179,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	ret = uswap_create_opts(&m->swap, &so);
 	if (ret)
 		goto out_free;
+	reclaim_budget_init(m);
 	ret = reclaim_start(m);
 	if (!ret)
 		ret = fault_start(m);
@@ -447,6 +448,7 @@ int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 	reclaim_set_limit(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
 	if (m->pool_in_limit) {
 		atomic_store(&m->budget_pages, mm_pages(limit_bytes));
+		reclaim_budget_init(m);
 		reclaim_budget_apply(m);
 	}
 	if (atomic_load(&m->resident) > atomic_load(&m->high_pages))
@@ -515,6 +517,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->demotions = atomic_load(&c->demotions);
 	st->reclaim_ns = atomic_load(&c->reclaim_ns);
 	st->reclaim_store_ns = atomic_load(&c->store_ns);
+	st->pool_share_bytes = atomic_load(&m->pool_target_bytes);
 	st->evictions = atomic_load(&c->evictions);
 	st->evicted_pages = atomic_load(&c->evicted_pages);
 	st->clean_evictions = atomic_load(&c->clean_evictions);

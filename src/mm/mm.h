@@ -194,6 +194,14 @@ struct uswap_mm {
 	_Atomic uint64_t resident, inactive; /* pages */
 	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
 	_Atomic uint64_t budget_pages; /* pool_in_limit: resident + the layer's memory (0: no limit) */
+	/*
+	 * pool_in_limit: the memory the pool may hold now (its capacity), moved by reclaim.c's
+	 * pool_balance() between an eighth and half of the budget; 0 when no tier holds memory. The
+	 * balance's last readings are written by whoever wins balance_next_ms.
+	 */
+	_Atomic uint64_t pool_target_bytes, balance_next_ms;
+	uint64_t bal_mem_ns, bal_mem_loads, bal_deep_ns, bal_deep_loads;
+	unsigned bal_idle; /* looks in a row that found the tiers below the pool idle */
 	bool pool_in_limit;
 	/*
 	 * The program reports its discards (uswap_mm_discard()); uffd raises no REMOVE events, so a
@@ -334,6 +342,8 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  * of the budget, never less than half of it. Return: true if the limit changed.
  */
 bool reclaim_budget_apply(struct uswap_mm *m);
+/* pool_in_limit: the pool's first share of the budget (half), or none if no tier holds memory. */
+void reclaim_budget_init(struct uswap_mm *m);
 int reclaim_start(struct uswap_mm *m);
 void reclaim_stop(struct uswap_mm *m);
 /* Wake the reclaimer if resident is above the high watermark. */

@@ -58,6 +58,19 @@ struct release_batch {
 	size_t pages;
 };
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+	return now_ns() / 1000000;
+}
+
 /* ---- the limit: watermarks, and the budget that resident pages share with the pool ---- */
 
 void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inactive_pct)
@@ -76,12 +89,85 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
 	atomic_store(&m->inactive_target_pages, limit_pages / 100 * inactive_pct);
 }
 
+/*
+ * The pool's share of the budget starts at half: at the same total memory as kernel zram, a pool of a
+ * quarter left the swap file to serve misses at ~60 us each that a larger pool serves at a few
+ * (docs/results.md). It then follows what misses cost on each side of the pool, as the kernel balances
+ * its anon and file lists by refault cost, looking every BALANCE_MS: once the tiers below the pool
+ * have served no load for IDLE_TURNS looks in a row while the pool served some, the pool holds more
+ * than the misses need and its share shrinks by a 16th of the budget (down to an eighth; the resident
+ * limit grows by what it gives back), one step per IDLE_TURNS; while the tiers below cost more than
+ * the pool (their load time plus a fault's round trip per load), it grows back at once (up to half).
+ * A program that has not pushed anything below the pool yet is not idle below it for long. The capacity goes to the pool at once; what it holds beyond goes down by writeback.
+ */
+#define BALANCE_MS       100
+#define FAULT_ROUND_NS   10000 /* a swap-in's fault round trip besides the load, on this kind of VM */
+#define POOL_SHARE_MIN   8     /* budget / 8 */
+#define POOL_SHARE_MAX   2     /* budget / 2 */
+#define POOL_SHARE_START 2     /* budget / 2 */
+#define POOL_SHARE_STEP  16    /* budget / 16 */
+#define IDLE_TURNS       10
+
+void reclaim_budget_init(struct uswap_mm *m)
+{
+	uint64_t budget = atomic_load(&m->budget_pages) * MM_PAGE;
+	int64_t cap;
+
+	if (!budget || !m->swap)
+		return;
+	cap = uswap_mem_capacity(m->swap, budget / POOL_SHARE_START);
+	atomic_store(&m->pool_target_bytes, cap > 0 ? (uint64_t)cap : 0);
+	atomic_store(&m->balance_next_ms, now_ms() + BALANCE_MS);
+}
+
+static void pool_balance(struct uswap_mm *m, uint64_t budget)
+{
+	uint64_t next = atomic_load(&m->balance_next_ms), now = now_ms(), target, mem_ns = 0, mem_loads = 0;
+	uint64_t deep_ns = 0, deep_loads = 0, d_mem, d_deep, step = budget / POOL_SHARE_STEP;
+	struct uswap_stats st;
+	bool below = false;
+
+	if (!atomic_load(&m->pool_target_bytes) || now < next ||
+	    !atomic_compare_exchange_strong(&m->balance_next_ms, &next, now + BALANCE_MS))
+		return;
+	uswap_stats(m->swap, &st);
+	for (unsigned t = 0; t < USWAP_MAX_TIERS && st.tier[t].name[0]; t++) {
+		if (st.tier[t].in_memory) {
+			mem_ns += st.tier[t].load_ns;
+			mem_loads += st.tier[t].loads;
+			below = true;
+		} else if (below) {
+			deep_ns += st.tier[t].load_ns;
+			deep_loads += st.tier[t].loads;
+		}
+	}
+	d_mem = mem_ns - m->bal_mem_ns + (mem_loads - m->bal_mem_loads) * FAULT_ROUND_NS;
+	d_deep = deep_ns - m->bal_deep_ns + (deep_loads - m->bal_deep_loads) * FAULT_ROUND_NS;
+	m->bal_mem_ns = mem_ns;
+	m->bal_mem_loads = mem_loads;
+	m->bal_deep_ns = deep_ns;
+	m->bal_deep_loads = deep_loads;
+	target = atomic_load(&m->pool_target_bytes);
+	m->bal_idle = !d_deep && d_mem ? m->bal_idle + 1 : 0;
+	if (d_deep > d_mem && target + step <= budget / POOL_SHARE_MAX) {
+		target += step;
+	} else if (m->bal_idle >= IDLE_TURNS && target >= budget / POOL_SHARE_MIN + step) {
+		target -= step;
+		m->bal_idle = 0;
+	} else {
+		return;
+	}
+	target = (uint64_t)uswap_mem_capacity(m->swap, target);
+	atomic_store(&m->pool_target_bytes, target);
+}
+
 bool reclaim_budget_apply(struct uswap_mm *m)
 {
 	uint64_t budget = atomic_load(&m->budget_pages), pool, limit_pages;
 
 	if (!budget || !m->swap)
 		return false;
+	pool_balance(m, budget * MM_PAGE);
 	pool = (uswap_mem_bytes(m->swap) + MM_PAGE - 1) / MM_PAGE;
 	limit_pages = budget - (pool < budget / 2 ? pool : budget / 2);
 	if (limit_pages == atomic_load(&m->limit_pages))
@@ -92,18 +178,6 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 
 /* ---- the hands ---- */
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t now_ms(void)
-{
-	return now_ns() / 1000000;
-}
 
 /*
  * Pages [i, i + n) of @r, PG_PRESENT, went to the shadow with uffd_move() and @st says where each

@@ -32,7 +32,8 @@ static void print_one(FILE *f, const struct live_stats *l)
 	print_str(f, l->comm, sizeof(l->comm));
 	fprintf(f, ",\"exited\":%s,\"tiers\":", l->exited ? "true" : "false");
 	print_str(f, l->tiers, sizeof(l->tiers));
-	fprintf(f, ",\"budget_bytes\":%llu", (unsigned long long)l->budget_bytes);
+	fprintf(f, ",\"budget_bytes\":%llu,\"pool_share_bytes\":%llu", (unsigned long long)l->budget_bytes,
+		(unsigned long long)m->pool_share_bytes);
 	fprintf(f, ",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
 	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
 	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
@@ -54,10 +55,11 @@ static void print_one(FILE *f, const struct live_stats *l)
 		fprintf(f, "%s{\"spec\":", t ? "," : "");
 		print_str(f, ts->spec, sizeof(ts->spec));
 		fprintf(f, ",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
-		       "\"loads\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,\"errors\":%llu}",
+		       "\"loads\":%llu,\"load_ms\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,\"errors\":%llu}",
 		       (unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
 		       (unsigned long long)ts->used_bytes, (unsigned long long)ts->stores,
-		       (unsigned long long)ts->loads, (unsigned long long)ts->writeback_in,
+		       (unsigned long long)ts->loads, (unsigned long long)(ts->load_ns / 1000000),
+		       (unsigned long long)ts->writeback_in,
 		       (unsigned long long)ts->writeback_out, (unsigned long long)ts->errors);
 	}
 	fprintf(f, "]");
