@@ -140,6 +140,17 @@ run_one() {
 	echo "${line%\}},\"mode\":\"$mode\",\"exit\":$rc}"
 }
 
+# ratios NAME A B: ,"NAME":{"PATTERN":median(A)/median(B),...}
+ratios() {
+	local first=1 pat
+	printf ',"%s":{' "$1"
+	for pat in $patterns; do
+		[ $first = 1 ] || printf ','; first=0
+		printf '"%s":%s' "$pat" "$(awk -v u="${med[$2.$pat]:-0}" -v z="${med[$3.$pat]:-0}" 'BEGIN {print (z > 0 ? u / z : 0)}')"
+	done
+	printf '}'
+}
+
 jfield() { sed -n "s/.*\"$2\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" <<<"$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'; }
 
@@ -207,28 +218,11 @@ done
 		printf '"%s.%s":{"touches_per_s":%s,"status":"%s","oom_kills":%s}' "$mode" "$pat" "${med[$mode.$pat]:-0}" \
 			"${status[$mode.$pat]:-n/a}" "${oom[$mode.$pat]:-0}"
 	done; done
-	printf '},"uswap_vs_zswap":{'
-	first=1
-	for pat in $patterns; do
-		[ $first = 1 ] || printf ','; first=0
-		u=${med[uswap-limit.$pat]:-0} z=${med[zswap.$pat]:-0}
-		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
-	done
-	printf '},"uswap_vs_zram":{'
-	first=1
-	for pat in $patterns; do
-		[ $first = 1 ] || printf ','; first=0
-		u=${med[uswap.$pat]:-0} z=${med[zram.$pat]:-0}
-		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
-	done
-	printf '},"uswap_limit_vs_zswap":{'
-	first=1
-	for pat in $patterns; do
-		[ $first = 1 ] || printf ','; first=0
-		u=${med[uswap-limit.$pat]:-0} z=${med[zswap.$pat]:-0}
-		printf '"%s":%s' "$pat" "$(awk -v u="$u" -v z="$z" 'BEGIN {print (z > 0 ? u / z : 0)}')"
-	done
-	printf '},"uswap_bytes":{'
+	printf '}'
+	ratios uswap_vs_zswap uswap-limit zswap
+	ratios uswap_vs_zram uswap zram
+	ratios uswap_limit_vs_zswap uswap-limit zswap
+	printf ',"uswap_bytes":{'
 	first=1
 	for pat in $patterns; do
 		[ $first = 1 ] || printf ','; first=0

@@ -197,6 +197,15 @@ struct uswap_mm_options {
 };
 
 /*
+ * uswap_mm_check() - whether this process may use memory regions: a userfaultfd that serves
+ * kernel-mode faults (root, CAP_SYS_PTRACE, read/write access to /dev/userfaultfd, or
+ * vm.unprivileged_userfaultfd=1) with every feature uswap_mm_create() needs. Opens nothing that lasts.
+ * Return: 0; -EPERM not allowed (uswap_errmsg() says what to change); -EOPNOTSUPP the kernel lacks a
+ * feature (named).
+ */
+int uswap_mm_check(void);
+
+/*
  * uswap_mm_create() - start an instance: its swap layer, its userfaultfds, fault handler threads
  * (pinned one per CPU) and a reclaim thread.
  * Return: 0 and *out set; -EPERM userfaultfd is not available for kernel-mode faults to this process

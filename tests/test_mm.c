@@ -27,11 +27,10 @@
 /* A stack that takes every page: random pages go to the file. */
 #define TIERS "same,zpool:lz4:max=64M,file:size=256M"
 
-static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
+static struct uswap_mm *mm_new_opts(const struct uswap_mm_options *o)
 {
-	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus};
 	struct uswap_mm *m = NULL;
-	int ret = uswap_mm_create(&m, &o);
+	int ret = uswap_mm_create(&m, o);
 
 	if (ret == -EPERM || ret == -EOPNOTSUPP)
 		check_skip(uswap_errmsg());
@@ -41,18 +40,20 @@ static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t fo
 	return m;
 }
 
+static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
+{
+	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus};
+
+	return mm_new_opts(&o);
+}
+
 /* An instance whose program reports its discards (as under uswap run): reclaim demotes in batches. */
 static struct uswap_mm *mm_new_batched(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
 {
 	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus,
 				     .discards_reported = 1};
-	struct uswap_mm *m = NULL;
-	int ret = uswap_mm_create(&m, &o);
 
-	if (ret == -EPERM || ret == -EOPNOTSUPP)
-		check_skip(uswap_errmsg());
-	CHECK_EQ(ret, 0);
-	return m;
+	return mm_new_opts(&o);
 }
 
 static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
@@ -334,17 +335,13 @@ static void test_mm_pool_share(void)
 	struct uswap_mm_options o = {.limit_bytes = budget, .tiers = "same,zpool:lz4:max=8M,file:size=256M",
 				     .pool_in_limit = 1, .discards_reported = 1};
 	struct uswap_mm_stats st;
-	struct uswap_mm *m = NULL;
+	struct uswap_mm *m = mm_new_opts(&o);
 	uint32_t *sums = calloc(n, sizeof(*sums));
 	uint64_t s = seed_for(42), shrunk;
 	unsigned char *p;
 	volatile unsigned char sink = 0;
-	int ret = uswap_mm_create(&m, &o);
 
-	if (ret == -EPERM || ret == -EOPNOTSUPP)
-		check_skip(uswap_errmsg());
-	CHECK_EQ(ret, 0);
-	if (ret)
+	if (!m)
 		return;
 	uswap_mm_stats(m, &st);
 	CHECK_EQ(st.pool_share_bytes, budget / 2);

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -56,6 +57,33 @@ static int run(char *const argv[], const char *out, const char *err)
 		if (waited == RUN_TIMEOUT_S * 10) {
 			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0], RUN_TIMEOUT_S);
 			kill(-pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			break;
+		}
+		usleep(100000);
+	}
+	return st;
+}
+
+/* run() as user @uid (group @uid too), with stderr to @err: the files are opened before the switch. */
+static int run_as(uid_t uid, char *const argv[], const char *out, const char *err)
+{
+	pid_t pid = fork();
+	int st = -1;
+
+	if (pid == 0) {
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		dup2(fd, 1);
+		dup2(efd, 2);
+		if (setgroups(0, NULL) || setgid(uid) || setuid(uid))
+			_exit(125);
+		execv(argv[0], argv);
+		_exit(126);
+	}
+	for (int waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited++) {
+		if (waited == RUN_TIMEOUT_S * 10) {
+			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			break;
 		}
@@ -735,6 +763,95 @@ static void discarded_pages(void)
 	same_output("16M", cmd, true);
 }
 
+static int write_text(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	int ret;
+
+	if (!f)
+		return -1;
+	ret = fputs(text, f) < 0 ? -1 : 0;
+	return fclose(f) || ret ? -1 : 0;
+}
+
+/*
+ * A user who is not root, in each setup that allows userfaultfd: read/write access to
+ * /dev/userfaultfd (the sysctl at 0), and vm.unprivileged_userfaultfd=1 (the device closed); in
+ * neither, uswap run refuses with exit status 2 and says what to change. The program's output is the
+ * same as its plain run's. The machine's sysctl and the device's mode are put back after.
+ */
+static void userfaultfd_access(void)
+{
+	const char *sysctl_path = "/proc/sys/vm/unprivileged_userfaultfd", *dev = "/dev/userfaultfd";
+	char script[300], out[300], err[300], plain_out[300], saved[16] = "";
+	struct stat ds;
+	const uid_t nobody = 65534;
+	FILE *f;
+
+	if (getuid() != 0 || stat(dev, &ds) || access(sysctl_path, W_OK)) {
+		fprintf(stderr, "[%s] skipped: needs root, %s and the sysctl\n", check_test, dev);
+		return;
+	}
+	f = fopen(sysctl_path, "r");
+	if (!f || !fgets(saved, sizeof(saved), f)) {
+		CHECK(!"cannot read the sysctl");
+		if (f)
+			fclose(f);
+		return;
+	}
+	fclose(f);
+	snprintf(script, sizeof(script), "%s/uffd_user.py", tmpdir);
+	snprintf(out, sizeof(out), "%s/uffd_user.out", tmpdir);
+	snprintf(err, sizeof(err), "%s/uffd_user.err", tmpdir);
+	snprintf(plain_out, sizeof(plain_out), "%s/uffd_user.plain", tmpdir);
+	write_file(script, "import hashlib\n"
+			   "l = [(b'%08d' % i) * 128 for i in range(40000)]\n"
+			   "print(len(l), hashlib.sha256(b''.join(l)).hexdigest())\n");
+	chmod(tmpdir, 0755);
+	chmod(script, 0644);
+	char *plain[] = { "/usr/bin/python3", script, NULL };
+	char *under[] = { uswap_bin, "run", "--limit", "16M", "--", "/usr/bin/python3", script, NULL };
+	size_t la, lb;
+	int st = run_as(nobody, plain, plain_out, err);
+	char *a = slurp(plain_out, &la), *b;
+
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* /dev/userfaultfd open to the user, the sysctl at 0 */
+	CHECK_EQ(write_text(sysctl_path, "0\n"), 0);
+	CHECK_EQ(chmod(dev, 0666), 0);
+	st = run_as(nobody, under, out, err);
+	b = slurp(out, &lb);
+	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+		size_t le;
+		char *e = slurp(err, &le);
+
+		fprintf(stderr, "[%s] with /dev/userfaultfd: status %#x, %s\n", check_test, st, e ? e : "");
+		free(e);
+	}
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(a && b && la == lb && !memcmp(a, b, la));
+	free(b);
+	/* the sysctl at 1, the device closed */
+	CHECK_EQ(chmod(dev, ds.st_mode & 07777), 0);
+	CHECK_EQ(write_text(sysctl_path, "1\n"), 0);
+	st = run_as(nobody, under, out, err);
+	b = slurp(out, &lb);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(a && b && la == lb && !memcmp(a, b, la));
+	free(b);
+	/* neither: refused before the program starts, with what to change */
+	CHECK_EQ(write_text(sysctl_path, "0\n"), 0);
+	st = run_as(nobody, under, out, err);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	b = slurp(err, &lb);
+	CHECK(b && strstr(b, "/dev/userfaultfd") && strstr(b, "unprivileged_userfaultfd"));
+	free(b);
+	free(a);
+	CHECK_EQ(write_text(sysctl_path, saved), 0);
+	CHECK_EQ(chmod(dev, ds.st_mode & 07777), 0);
+	chmod(tmpdir, 0700);
+}
+
 static void status_and_signals_pass_through(void)
 {
 	char *exit7[] = { uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "exit 7", NULL };
@@ -1084,7 +1201,7 @@ static int cleanup_dir(void)
 }
 
 static const struct test tests[] = {
-	T(bad_options), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
+	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
 	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(big_blocks), T(node_map),

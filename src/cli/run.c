@@ -132,21 +132,6 @@ static const char *unservable(const char *path)
 	return dynamic ? NULL : "is statically linked: there is no loader to preload uswap into it";
 }
 
-/* userfaultfd with kernel-mode faults (what a program's read(2) into swapped memory needs). */
-static const char *uffd_refused(void)
-{
-	int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
-
-	if (fd >= 0) {
-		close(fd);
-		return NULL;
-	}
-	if (errno == EPERM)
-		return "userfaultfd is not allowed for this user: run as root, grant access to /dev/userfaultfd, "
-		       "or set sysctl vm.unprivileged_userfaultfd=1";
-	return "userfaultfd is not available in this kernel";
-}
-
 /*
  * The program runs as our child so that its summary can be written whatever way it ends (exit(),
  * _exit() as shells do, a signal): we read its last published statistics, write them, remove the
@@ -406,9 +391,9 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	}
 	uswap_destroy(probe);
-	const char *why = uffd_refused();
-	if (why) {
-		fprintf(stderr, "uswap: run: %s\n", why);
+	/* The library's own check: the system call, then /dev/userfaultfd, then the features. */
+	if (uswap_mm_check()) {
+		fprintf(stderr, "uswap: run: %s\n", uswap_errmsg());
 		return 2;
 	}
 	if (find_preload(preload, sizeof(preload))) {
@@ -419,7 +404,7 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "uswap: run: %s: command not found\n", argv[i]);
 		return 127;
 	}
-	why = unservable(prog);
+	const char *why = unservable(prog);
 	if (why) {
 		fprintf(stderr, "uswap: run: %s %s\n", prog, why);
 		return 2;

@@ -148,15 +148,8 @@ static void fork_child(void)
 	 * A child of a child finds the fds already closed (-1): their numbers may have been reused by
 	 * then (a shell's pipes), and must not be closed again.
 	 */
-	for (struct uswap_mm *m = mm_list; m; m = m->next_mm) {
-		fd_close(m->uffd);
-		fd_close(m->uffd_shadow);
-		fd_close(m->stop_fd);
-		fd_close(m->pidfd);
-		fd_close(m->pagemap_fd);
-		fd_close(m->maps_fd);
-		m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
-	}
+	for (struct uswap_mm *m = mm_list; m; m = m->next_mm)
+		mm_close_fds(m);
 	sigbus_child();
 	pthread_mutex_unlock(&mm_list_lock);
 }

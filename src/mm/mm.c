@@ -61,12 +61,7 @@ static void mm_free(struct uswap_mm *m)
 		region_table_destroy(m);
 	if (m->swap)
 		uswap_destroy(m->swap);
-	fd_close(m->uffd);
-	fd_close(m->uffd_shadow);
-	fd_close(m->stop_fd);
-	fd_close(m->pidfd);
-	fd_close(m->pagemap_fd);
-	fd_close(m->maps_fd);
+	mm_close_fds(m);
 	pthread_mutex_destroy(&m->reclaim_lock);
 	pthread_mutex_destroy(&m->ev_lock);
 	pthread_mutex_destroy(&m->kick_lock);
@@ -88,6 +83,12 @@ static unsigned mm_cpus(cpu_set_t *set)
 	CPU_ZERO(set);
 	n = sysconf(_SC_NPROCESSORS_ONLN);
 	return n > 0 ? (unsigned)n : 1;
+}
+
+int uswap_mm_check(void)
+{
+	err_clear();
+	return uffd_check();
 }
 
 int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)

@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include <linux/types.h>
 
+#include "util/fd.h"
 #include "uswap.h"
 
 #define MM_PAGE            4096ul
@@ -428,6 +429,18 @@ int uffd_protect(int uffd, uintptr_t start, size_t len);
 int uffd_pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out);
 /* A page whose data cannot be read back: later accesses get SIGBUS, as with a swap read error. */
 void uffd_poison(int uffd, uintptr_t addr, size_t len);
+
+/* Close the instance's descriptors (kept high by util/fd.c) and forget them. */
+static inline void mm_close_fds(struct uswap_mm *m)
+{
+	fd_close(m->uffd);
+	fd_close(m->uffd_shadow);
+	fd_close(m->stop_fd);
+	fd_close(m->pidfd);
+	fd_close(m->pagemap_fd);
+	fd_close(m->maps_fd);
+	m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
+}
 
 /* A fork child must not use its parent's instance. */
 static inline bool mm_in_child(const struct uswap_mm *m)

@@ -91,7 +91,7 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
 
 /*
  * The pool's share of the budget starts at half: at the same total memory as kernel zram, a pool of a
- * quarter left the swap file to serve misses at ~60 us each that a larger pool serves at a few
+ * quarter left the swap file to serve misses that a larger pool serves many times faster
  * (docs/results.md). It then follows what misses cost on each side of the pool, as the kernel balances
  * its anon and file lists by refault cost, looking every BALANCE_MS: once the tiers below the pool
  * have served no load for IDLE_TURNS looks in a row while the pool served some, the pool holds more
@@ -101,7 +101,7 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  * A program that has not pushed anything below the pool yet is not idle below it for long. The capacity goes to the pool at once; what it holds beyond goes down by writeback.
  */
 #define BALANCE_MS       100
-#define FAULT_ROUND_NS   10000 /* a swap-in's fault round trip besides the load, on this kind of VM */
+#define FAULT_ROUND_NS   10000 /* a swap-in's fault round trip besides the load (docs/results.md) */
 #define POOL_SHARE_MIN   8     /* budget / 8 */
 #define POOL_SHARE_MAX   2     /* budget / 2 */
 #define POOL_SHARE_START 2     /* budget / 2 */
