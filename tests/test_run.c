@@ -763,6 +763,30 @@ static void discarded_pages(void)
 	same_output("16M", cmd, true);
 }
 
+/*
+ * A program that lowers RLIMIT_NOFILE to its own descriptors + 3 and execs a child, which opens 3
+ * files: the same as plainly. The child's instance would take the descriptors it needs: it runs
+ * unmanaged instead (said on stderr).
+ */
+static void few_descriptors(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/fds.py", tmpdir);
+	write_file(script, "import os, resource, sys\n"
+			   "if len(sys.argv) > 1:\n"
+			   "    fs = [open('/dev/null') for _ in range(3)]\n"
+			   "    print('child opened', len(fs))\n"
+			   "    sys.exit(0)\n"
+			   "held = len([f for f in os.listdir('/proc/self/fd') if int(f) < 100]) - 1\n"
+			   "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+			   "resource.setrlimit(resource.RLIMIT_NOFILE, (held + 3, hard))\n"
+			   "sys.stdout.flush()\n"
+			   "os.execv(sys.executable, [sys.executable, sys.argv[0], 'child'])\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("32M", cmd, false);
+}
+
 static int write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -1204,7 +1228,7 @@ static const struct test tests[] = {
 	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

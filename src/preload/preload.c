@@ -1023,6 +1023,50 @@ static uintptr_t reserve_heap(uint64_t *heap, bool exact)
 	return base;
 }
 
+/*
+ * An instance holds descriptors for life: two userfaultfds, a pidfd, /proc/self/pagemap and maps, an
+ * eventfd, the swap file and its io_uring rings (13 with the default tiers; more with a Redis tier).
+ * They are moved high in the table, but under a low RLIMIT_NOFILE there is no room above the
+ * program's own: they would be the ones it needs. Then the program runs unmanaged, said once.
+ */
+#define INSTANCE_FDS 16
+#define FD_HEADROOM  16
+
+/* Descriptors this process may still open under its soft RLIMIT_NOFILE (LONG_MAX: no limit). */
+static long free_fds(void)
+{
+	struct rlimit rl;
+	char buf[4096];
+	long nr_open = 0;
+	int dir;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return LONG_MAX;
+	dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		return LONG_MAX;
+	for (;;) {
+		long n = syscall(SYS_getdents64, dir, buf, sizeof(buf));
+
+		if (n <= 0)
+			break;
+		for (long off = 0; off < n;) {
+			const struct {
+				uint64_t ino;
+				int64_t off;
+				unsigned short reclen;
+				unsigned char type;
+				char name[];
+			} *d = (const void *)(buf + off);
+
+			nr_open += d->name[0] != '.';
+			off += d->reclen;
+		}
+	}
+	close(dir);
+	return (long)rl.rlim_cur - (nr_open - 1); /* the directory's own descriptor is gone again */
+}
+
 static _Noreturn void fail(const char *what, int err)
 {
 	fprintf(stderr, "uswap: cannot put this program under uswap: %s: %s\n", what,
@@ -1040,6 +1084,12 @@ __attribute__((constructor(101))) static void preload_init(void)
 
 	if (!lim || !*lim)
 		return;
+	if (free_fds() < INSTANCE_FDS + FD_HEADROOM) {
+		fprintf(stderr, "uswap: pid %d runs unmanaged: RLIMIT_NOFILE leaves it %ld free descriptors, and an "
+				"instance would hold up to %d of them\n",
+			(int)getpid(), free_fds(), INSTANCE_FDS);
+		return;
+	}
 	real_mmap = (mmap_fn)dlsym(RTLD_NEXT, "mmap");
 	real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
 	t_internal = 1;
