@@ -63,6 +63,7 @@ static void mm_free(struct uswap_mm *m)
 		uswap_destroy(m->swap);
 	mm_close_fds(m);
 	pthread_mutex_destroy(&m->reclaim_lock);
+	pthread_mutex_destroy(&m->bal_lock);
 	pthread_mutex_destroy(&m->ev_lock);
 	pthread_mutex_destroy(&m->kick_lock);
 	pthread_cond_destroy(&m->kick);
@@ -122,6 +123,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->pagemap_fd = fd_keep(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
 	m->maps_fd = fd_keep(open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
 	pthread_mutex_init(&m->reclaim_lock, NULL);
+	pthread_mutex_init(&m->bal_lock, NULL);
 	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);

@@ -197,10 +197,10 @@ struct uswap_mm {
 	_Atomic uint64_t budget_pages; /* pool_in_limit: resident + the layer's memory (0: no limit) */
 	/*
 	 * pool_in_limit: the memory the pool may hold now (its capacity), moved by reclaim.c's
-	 * pool_balance() between an eighth and half of the budget; 0 when no tier holds memory. The
-	 * balance's last readings are written by whoever wins balance_next_ms.
+	 * pool_balance() between an eighth and half of the budget; 0 when no tier holds memory.
 	 */
 	_Atomic uint64_t pool_target_bytes, balance_next_ms;
+	pthread_mutex_t bal_lock; /* try-locked by whoever looks; protects the bal_ fields */
 	uint64_t bal_mem_ns, bal_mem_loads, bal_deep_ns, bal_deep_loads;
 	unsigned bal_idle; /* looks in a row that found the tiers below the pool idle */
 	bool pool_in_limit;

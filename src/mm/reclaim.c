@@ -127,9 +127,11 @@ static void pool_balance(struct uswap_mm *m, uint64_t budget)
 	struct uswap_stats st;
 	bool below = false;
 
-	if (!atomic_load(&m->pool_target_bytes) || now < next ||
-	    !atomic_compare_exchange_strong(&m->balance_next_ms, &next, now + BALANCE_MS))
+	if (!atomic_load(&m->pool_target_bytes) || now < next || pthread_mutex_trylock(&m->bal_lock))
 		return;
+	if (now < atomic_load(&m->balance_next_ms)) /* another look just happened */
+		goto out_unlock;
+	atomic_store(&m->balance_next_ms, now + BALANCE_MS);
 	uswap_stats(m->swap, &st);
 	for (unsigned t = 0; t < USWAP_MAX_TIERS && st.tier[t].name[0]; t++) {
 		if (st.tier[t].in_memory) {
@@ -155,10 +157,11 @@ static void pool_balance(struct uswap_mm *m, uint64_t budget)
 		target -= step;
 		m->bal_idle = 0;
 	} else {
-		return;
+		goto out_unlock;
 	}
-	target = (uint64_t)uswap_mem_capacity(m->swap, target);
-	atomic_store(&m->pool_target_bytes, target);
+	atomic_store(&m->pool_target_bytes, (uint64_t)uswap_mem_capacity(m->swap, target));
+out_unlock:
+	pthread_mutex_unlock(&m->bal_lock);
 }
 
 bool reclaim_budget_apply(struct uswap_mm *m)
