@@ -1,7 +1,7 @@
 /*
  * mm.c - the public calls of memory regions: create/destroy an instance, map, register, unmap,
  * adopt a fork child's ranges, limits, statistics. The files below it, each calling only the ones
- * after it: fork.c, sigbus.c, fault.c, swapin.c, reclaim.c, region.c, uffd.c (docs/mm.md).
+ * after it: fork.c, sigbus.c, fault.c, swapin.c, reclaim.c, demote.c, region.c, uffd.c (docs/mm.md).
  */
 #include <errno.h>
 #include <fcntl.h>

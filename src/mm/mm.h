@@ -335,6 +335,40 @@ bool swapin_around(struct uswap_mm *m, struct mm_region *r, size_t fi);
 /* After a swap-in of folio @fi: read ahead if it continues a forward run. Context: tbl_lock read. */
 void swapin_readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi);
 
+/* demote.c */
+#define MAX_COW 16 /* ranges shared with a fork child noted per hand advance, for cow_break() */
+struct hand_result {
+	size_t pages;   /* demoted or evicted */
+	size_t touched; /* folios whose reference bit was cleared: progress of a kind */
+	size_t met;     /* folios the hand could act on (resident / inactive), whatever came of it */
+	uintptr_t cow[MAX_COW];
+	size_t cow_len[MAX_COW];
+	unsigned nr_cow;
+};
+
+#define WINDOW_PAGES  512 /* span of a batch: the pages it write-protects for a moment */
+#define WINDOW_FOLIOS 128 /* victims in a batch */
+
+struct demote_window {
+	struct mm_region *r;
+	size_t first, end; /* pages of r: the first victim's first page, the last one's end */
+	size_t fi[WINDOW_FOLIOS];
+	unsigned n;
+	size_t pages; /* present pages of the victims, when added */
+};
+/* The window @w may take folio @fi of @r (same region, within WINDOW_PAGES, room left). */
+bool demote_window_fits(const struct demote_window *w, struct mm_region *r, size_t fi);
+/* Add folio @fi (present, unreferenced, locked by the caller) to @w. */
+void demote_window_add(struct demote_window *w, struct mm_region *r, size_t fi);
+/* Demote the window's folios and unlock them; see demote.c. Return: pages demoted. */
+size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct hand_result *res);
+/*
+ * The front hand found folio @fi present, unreferenced and locked: demote it, with the folios after it
+ * that can go in the same move, and unlock them. Return: the last folio handled.
+ */
+size_t demote_front(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t want, size_t *scanned,
+		    struct hand_result *res);
+
 /* reclaim.c */
 /* The limit and its watermarks, in pages (0: no limit). */
 void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inactive_pct);
@@ -403,6 +437,12 @@ int folio_unprotect(struct uswap_mm *m, struct mm_region *r, size_t fi, bool *ha
  * protected page. Not counted as a fault. Context: no lock held.
  */
 void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
+/*
+ * Zap @n ranges of our own address space (shadow pages, or program pages copied to the shadow) with
+ * one process_madvise(): one TLB flush for all of them.
+ */
+struct iovec;
+void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n);
 
 /* uffd.c: 0 or -errno; *done = bytes done, also on a partial failure. */
 /* A userfaultfd with @features, or -EPERM with a message that says how to get access. */

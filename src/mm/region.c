@@ -242,6 +242,27 @@ void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 	}
 }
 
+/*
+ * Zap @n ranges of our own address space (shadow pages, or program pages already copied to the
+ * shadow) with one process_madvise(): one TLB flush for all of them.
+ */
+void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n)
+{
+	size_t total = 0;
+	ssize_t done = -1;
+
+	for (unsigned i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (n > 1 && m->pidfd >= 0)
+		done = syscall(SYS_process_madvise, m->pidfd, iov, n, MADV_DONTNEED, 0);
+	if (done == (ssize_t)total)
+		return;
+	/* A kernel without DONTNEED in process_madvise (before 6.13), or a partial result. */
+	for (unsigned i = 0; i < n; i++)
+		umadvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
+}
+
+
 /* ---- the table ---- */
 
 int region_table_init(struct uswap_mm *m)
