@@ -266,12 +266,9 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 	}
 	if (nio)
 		ranges_zap(m, iov, nio);
-	for (size_t i = w->first; i < w->end; i++)
-		if (st[i - w->first] == 2) {
-			r->pages[i] = (r->pages[i] & ~PG_KIND_MASK) | PG_SHADOW;
-			moved++;
-		}
-	atomic_fetch_add(&m->inactive, moved);
+	for (size_t j = 0; j < n; j++) /* in demoted()'s terms: copied pages are in the shadow now */
+		st[j] = st[j] == 2 ? MV_MOVED : MV_LEFT;
+	moved = demoted(m, r, w->first, n, st);
 	if (moved)
 		atomic_fetch_add(&m->c.demotions, 1);
 	window_unprotect(m, w);
