@@ -20,8 +20,14 @@ extern "C" {
 #define USWAP_PAGE_SIZE 4096u
 #define USWAP_FOLIO_MAX_PAGES 512u /* 2 MiB */
 #define USWAP_MAX_TIERS 7u
-/* The tier stack of uswap_create() when spec is NULL or "". */
-#define USWAP_DEFAULT_TIERS "same,zpool:lz4:max=25%"
+/*
+ * With uswap_mm_options.pool_in_limit, the compressed pool's share of the limit starts at
+ * 1/USWAP_POOL_SHARE_MAX_DIV and moves between 1/USWAP_POOL_SHARE_MIN_DIV and that.
+ */
+#define USWAP_POOL_SHARE_MIN_DIV 8u
+#define USWAP_POOL_SHARE_MAX_DIV 2u
+/* A buffer of this size holds any tier string uswap_default_tiers() writes. */
+#define USWAP_TIERS_LEN 128u
 
 struct uswap;
 
@@ -44,6 +50,26 @@ struct uswap_options {
  */
 int uswap_create(struct uswap **out, const char *spec);
 int uswap_create_opts(struct uswap **out, const struct uswap_options *opts);
+
+/*
+ * uswap_default_tiers() - write the default tier stack into @buf: pages that are one repeated word,
+ * an lz4 pool, an unnamed swap file in $TMPDIR (else /var/tmp). With @limit_bytes 0 the pool may
+ * hold up to a quarter of the machine's memory ("same,zpool:lz4,file"); otherwise up to
+ * 1/USWAP_POOL_SHARE_MAX_DIV of @limit_bytes, the most an instance with pool_in_limit gives it.
+ * uswap_create() with a NULL or "" spec, `uswap run` without --tiers and the preload library without
+ * USWAP_TIERS all use this stack.
+ * Return: the length of the string; -ENOSPC @len is too small (USWAP_TIERS_LEN is enough).
+ */
+int uswap_default_tiers(uint64_t limit_bytes, char *buf, size_t len);
+
+/*
+ * uswap_check_tiers() - parse @spec as uswap_create() does, without its side effects: no file is
+ * created (a named file's directory and a block device are checked for access), no thread started,
+ * no server contacted. NULL or "" is the default stack.
+ * Return: 0; -EINVAL bad spec, with the message uswap_create() would give (uswap_errmsg()); -EACCES,
+ * -ENOENT, -EEXIST a file tier's path cannot be used; -ENOMEM.
+ */
+int uswap_check_tiers(const char *spec);
 
 /* uswap_destroy() - free every swap id and the layer. Context: no other call may be running on @u. */
 void uswap_destroy(struct uswap *u);
@@ -178,7 +204,7 @@ struct uswap_mm;
 /* Options of uswap_mm_create(); zero means "default" for every field. */
 struct uswap_mm_options {
 	uint64_t limit_bytes;          /* resident limit of all regions (0: none) */
-	const char *tiers;             /* tier string of the swap layer, see uswap_create() */
+	const char *tiers;             /* tier string (uswap_create()); NULL: uswap_default_tiers(limit_bytes) */
 	size_t folio_bytes;            /* default folio of regions: 4 KiB..2 MiB, a power of two (4 KiB) */
 	unsigned nr_threads;           /* fault handler threads (one per CPU this process may use, up to 8; pinned) */
 	unsigned fault_around_pages;   /* a first touch zero-fills up to this many untouched pages (16; 1 off) */

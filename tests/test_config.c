@@ -1,8 +1,11 @@
 /*
  * test_config.c - tier strings and sizes: good ones build a working layer, bad ones are refused with a
- * message that names the bad part.
+ * message that names the bad part, by parsing alone as by building; the default stack.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "uswap.h"
@@ -17,13 +20,13 @@ static void good_strings_work(void)
 		"zpool:zstd=7",
 		"same,zpool:lz4:max=64K,zpool:zstd",
 		"same,zpool:lz4:reject=100%,file:size=64M",
-		USWAP_DEFAULT_TIERS,
 	};
 	unsigned char *page = aligned_alloc(4096, 4096), *back = aligned_alloc(4096, 4096);
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		struct uswap *u = NULL;
 		uswap_id_t id;
+		CHECK_EQ(uswap_check_tiers(good[i]), 0);
 		int ret = uswap_create(&u, good[i]);
 
 		if (ret) {
@@ -45,9 +48,10 @@ static void good_strings_work(void)
 	if (u) {
 		struct uswap_stats st;
 		uswap_stats(u, &st);
-		CHECK_EQ(st.nr_tiers, 2);
+		CHECK_EQ(st.nr_tiers, 3);
 		CHECK(!strcmp(st.tier[0].name, "same"));
 		CHECK(!strcmp(st.tier[1].name, "zpool"));
+		CHECK(!strcmp(st.tier[2].name, "file"));
 		uswap_destroy(u);
 	}
 	free(page);
@@ -86,7 +90,18 @@ static void bad_strings_are_refused(void)
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct uswap *u = NULL;
+		char checked[256];
+		int cret = uswap_check_tiers(bad[i].spec);
+
+		/* parsing alone refuses it with the message building it gives */
+		snprintf(checked, sizeof(checked), "%s", uswap_errmsg());
 		int ret = uswap_create(&u, bad[i].spec);
+
+		CHECK_EQ(cret, ret);
+		if (strcmp(checked, uswap_errmsg())) {
+			fprintf(stderr, "\"%s\": checked \"%s\", built \"%s\"\n", bad[i].spec, checked, uswap_errmsg());
+			CHECK(!strcmp(checked, uswap_errmsg()));
+		}
 
 		if (ret == 0) {
 			fprintf(stderr, "\"%s\" was accepted\n", bad[i].spec);
@@ -107,6 +122,58 @@ static void bad_strings_are_refused(void)
 	if (!ret)
 		uswap_destroy(u);
 	CHECK(ret == 0 || ret == -EINVAL);
+}
+
+/* The default stack: one composition, from the limit; what it writes builds a layer. */
+static void default_stack(void)
+{
+	char buf[USWAP_TIERS_LEN], small[8];
+	struct uswap *u = NULL;
+
+	CHECK(uswap_default_tiers(0, buf, sizeof(buf)) == (int)strlen(buf));
+	CHECK(!strcmp(buf, "same,zpool:lz4,file"));
+	CHECK(uswap_default_tiers(96ull << 20, buf, sizeof(buf)) > 0);
+	CHECK(!strcmp(buf, "same,zpool:lz4:max=49152K,file")); /* half of the limit */
+	CHECK_EQ(uswap_default_tiers(1ull << 40, small, sizeof(small)), -ENOSPC);
+	CHECK_EQ(uswap_check_tiers(buf), 0);
+	CHECK_EQ(uswap_check_tiers(NULL), 0);
+	CHECK_EQ(uswap_check_tiers(""), 0);
+	CHECK_EQ(uswap_create(&u, buf), 0);
+	if (u) {
+		struct uswap_stats st;
+
+		uswap_stats(u, &st);
+		CHECK_EQ(st.nr_tiers, 3);
+		CHECK_EQ(st.tier[1].capacity_bytes, 48ull << 20);
+		uswap_destroy(u);
+	}
+}
+
+/*
+ * Checking has no side effect: a named swap file is not created, and a Redis tier is not contacted
+ * (a port nothing listens on passes the check, and building it fails).
+ */
+static void check_has_no_side_effect(void)
+{
+	char path[64], spec[128];
+	struct uswap *u = NULL;
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/var/tmp/uswap-check-%d.swap", (int)getpid());
+	snprintf(spec, sizeof(spec), "same,file:%s:size=64M", path);
+	CHECK_EQ(uswap_check_tiers(spec), 0);
+	CHECK(stat(path, &st) == -1 && errno == ENOENT);
+	/* an existing file is refused by both */
+	int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+
+	CHECK(fd >= 0);
+	close(fd);
+	CHECK(uswap_check_tiers(spec) < 0);
+	CHECK(uswap_create(&u, spec) < 0);
+	unlink(path);
+	CHECK_EQ(uswap_check_tiers("same,redis://127.0.0.1:1:timeout=200"), 0);
+	CHECK(uswap_create(&u, "same,redis://127.0.0.1:1:timeout=200") < 0);
+	CHECK(uswap_check_tiers("same,redis://127.0.0.1:1:colour=blue") == -EINVAL);
 }
 
 static void sizes(void)
@@ -144,4 +211,5 @@ static void sizes(void)
 	CHECK_EQ(uswap_parse_size("0%", 1, &b), -EINVAL);
 }
 
-CHECK_MAIN(T(good_strings_work), T(bad_strings_are_refused), T(sizes))
+CHECK_MAIN(T(good_strings_work), T(bad_strings_are_refused), T(default_stack), T(check_has_no_side_effect),
+	   T(sizes))

@@ -148,7 +148,10 @@ static void default_stack(void)
 	free(p);
 	CHECK_EQ(atomic_load(&malloc_calls), 1);
 #endif
-	burst(USWAP_DEFAULT_TIERS);
+	char def[USWAP_TIERS_LEN];
+
+	CHECK(uswap_default_tiers(0, def, sizeof(def)) > 0);
+	burst(def);
 }
 
 /* Pool then zstd pool then a swap file: every page finds a home. */

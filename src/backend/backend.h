@@ -43,6 +43,7 @@ struct backend;
 struct backend_env {
 	unsigned nr_ctx;  /* concurrent callers to size per-caller state for (codec contexts, buffers) */
 	bool is_last;     /* no tier below: refusing a page means it stays resident */
+	bool check_only;  /* parse and check the args, then return 0 having opened nothing */
 };
 
 struct uswap_backend_ops {

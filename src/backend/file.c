@@ -579,6 +579,47 @@ static void file_free(struct file_tier *f)
 	ufree(f);
 }
 
+/*
+ * What open() would meet, without creating anything: a block device opened for reading and writing,
+ * a named file that does not exist yet, and a directory that takes O_DIRECT files (a tmpfile is
+ * opened there and closed: it leaves nothing).
+ */
+static int file_check(const char *path)
+{
+	char dir[256];
+	const char *slash;
+	struct stat st;
+	int fd, ret;
+
+	if (path[0] && !stat(path, &st)) {
+		if (!S_ISBLK(st.st_mode))
+			return err_set(-EEXIST, "file: '%s' exists (name a new file, or a block device)", path);
+		fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+		if (fd < 0) {
+			ret = -errno;
+			return err_set(ret, "file: cannot open '%s' with O_DIRECT: %s", path, strerror(-ret));
+		}
+		close(fd);
+		return 0;
+	}
+	if (path[0]) {
+		slash = strrchr(path, '/');
+		snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
+	} else {
+		const char *t = getenv("TMPDIR");
+
+		snprintf(dir, sizeof(dir), "%s", t && t[0] ? t : "/var/tmp");
+	}
+	fd = open(dir, O_RDWR | O_TMPFILE | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		return err_set(ret, "file: cannot open '%s' with O_DIRECT: %s", path[0] ? path : "a tmpfile",
+			       strerror(-ret));
+	}
+	close(fd);
+	return 0;
+}
+
 static int file_open(struct backend *b, const char *args, const struct backend_env *env)
 {
 	char key[256], val[64], path[256] = "";
@@ -602,6 +643,8 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 			return err_set(-EINVAL, "file: unknown option '%s' (/PATH, size=SIZE, encrypt)", key);
 		}
 	}
+	if (env->check_only)
+		return file_check(path);
 	f = ualloc_zero(sizeof(*f));
 	if (!f)
 		return -ENOMEM;

@@ -303,7 +303,7 @@ static bool parse_int(const char *val, int min, int max, int *out)
  * args: "//SEEDS[:prefix=P][:timeout=MS][:replicas=N][:db=N][:password-env=V|password-file=F]",
  * SEEDS one HOST:PORT, or for a cluster a comma-separated list of them.
  */
-static int redis_open_common(struct backend *b, const char *args, bool cluster)
+static int redis_open_common(struct backend *b, const char *args, bool cluster, bool check_only)
 {
 	struct redis_tier *rt;
 	char key[32], val[256];
@@ -348,6 +348,10 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster)
 			goto out_free;
 		}
 	}
+	if (check_only) {
+		redis_free(rt);
+		return 0;
+	}
 	ret = seal_init(&rt->seal);
 	if (ret)
 		goto out_free;
@@ -369,14 +373,12 @@ out_free:
 
 static int redis_open(struct backend *b, const char *args, const struct backend_env *env)
 {
-	(void)env;
-	return redis_open_common(b, args, false);
+	return redis_open_common(b, args, false, env->check_only);
 }
 
 static int redis_cluster_open(struct backend *b, const char *args, const struct backend_env *env)
 {
-	(void)env;
-	return redis_open_common(b, args, true);
+	return redis_open_common(b, args, true, env->check_only);
 }
 
 static void redis_close(struct backend *b)

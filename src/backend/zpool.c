@@ -506,6 +506,8 @@ static int zpool_open(struct backend *b, const char *args, const struct backend_
 	}
 	if (level_set && kind != CODEC_ZSTD)
 		return err_set(-EINVAL, "tier \"%s\": level= needs zstd", b->spec);
+	if (env->check_only)
+		return 0;
 	if (!max)
 		uswap_parse_size("25%", 1, &max);
 

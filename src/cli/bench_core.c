@@ -24,8 +24,11 @@ struct core_opts {
 
 static int parse(int argc, char **argv, struct core_opts *o)
 {
+	static char def[USWAP_TIERS_LEN];
+
+	uswap_default_tiers(0, def, sizeof(def));
 	o->size = 1ull << 30;
-	o->tiers = USWAP_DEFAULT_TIERS;
+	o->tiers = def;
 	o->folio = 1;
 	o->json = false;
 	for (int i = 1; i < argc; i++) {

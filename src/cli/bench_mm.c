@@ -27,7 +27,6 @@
 #include "uswap.h"
 
 #define PS          4096ul
-#define BENCH_TIERS "same,zpool:lz4,file:size=4G" /* random pages need a tier below the pool */
 #define NR_LAT      (1u << 20)
 
 struct mm_opts {
@@ -84,10 +83,14 @@ static void tsc_calibrate(void)
 
 static int parse(int argc, char **argv, struct mm_opts *o)
 {
+	static char def[USWAP_TIERS_LEN];
+
+	/* The default stack with no limit: --limit is the resident limit alone, the pool outside it. */
+	uswap_default_tiers(0, def, sizeof(def));
 	o->size = 1ull << 30;
 	o->limit = 256ull << 20;
 	o->touches = 1000000;
-	o->tiers = BENCH_TIERS;
+	o->tiers = def;
 	o->json = false;
 	o->sigbus = false;
 	o->remove_events = false;

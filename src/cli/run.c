@@ -327,7 +327,7 @@ int cmd_run(int argc, char **argv)
 	const char *limit = NULL, *tiers = NULL, *folio = NULL, *stats = NULL, *fork_child = NULL;
 	bool summary = false;
 	uint64_t limit_bytes = 0, folio_bytes = 0;
-	char tiers_buf[256], preload[PATH_MAX], prog[PATH_MAX], num[32];
+	char preload[PATH_MAX], prog[PATH_MAX], num[32];
 	int i;
 
 	for (i = 1; i < argc; i++) {
@@ -374,23 +374,11 @@ int cmd_run(int argc, char **argv)
 		return cli_usage_error("run: --folio \"%s\" is not a power of two from 4K to 2M", folio);
 	if (fork_child && strcmp(fork_child, "own") && strcmp(fork_child, "plain"))
 		return cli_usage_error("run: --fork-child \"%s\" is neither own nor plain", fork_child);
-	bool pool_in_limit = !tiers;
-	if (!tiers) {
-		/* At most half; the instance moves its share between an eighth and half (reclaim.c). */
-		uint64_t pool = limit_bytes / 2;
-
-		snprintf(tiers_buf, sizeof(tiers_buf), "same,zpool:lz4:max=%lluK,file",
-			 (unsigned long long)(pool >> 10));
-		tiers = tiers_buf;
-	}
-	/* The tier string is checked by building it once (a swap file is created and dropped). */
-	struct uswap *probe;
-	int ret = uswap_create(&probe, tiers);
-	if (ret) {
+	/* Checked by parsing alone: no swap file made, no server contacted before the program runs. */
+	if (tiers && uswap_check_tiers(tiers)) {
 		fprintf(stderr, "uswap: run: --tiers: %s\n", uswap_errmsg());
 		return 2;
 	}
-	uswap_destroy(probe);
 	/* The library's own check: the system call, then /dev/userfaultfd, then the features. */
 	if (uswap_mm_check()) {
 		fprintf(stderr, "uswap: run: %s\n", uswap_errmsg());
@@ -412,11 +400,12 @@ int cmd_run(int argc, char **argv)
 
 	snprintf(num, sizeof(num), "%llu", (unsigned long long)limit_bytes);
 	setenv("USWAP_LIMIT", num, 1);
-	setenv("USWAP_TIERS", tiers, 1);
-	if (pool_in_limit)
-		setenv("USWAP_POOL_IN_LIMIT", "1", 1);
+	/* Without --tiers the preload asks the library for the default stack, the pool inside the limit. */
+	if (tiers)
+		setenv("USWAP_TIERS", tiers, 1);
 	else
-		unsetenv("USWAP_POOL_IN_LIMIT");
+		unsetenv("USWAP_TIERS");
+	unsetenv("USWAP_POOL_IN_LIMIT");
 	if (folio)
 		setenv("USWAP_FOLIO", folio, 1);
 	if (fork_child)

@@ -1,14 +1,28 @@
 /*
  * config.c - the tier string: "name[:args]" items separated by commas, in store order. Strict: an
  * unknown backend, an empty item or too many tiers is an error naming the part; each backend parses
- * its own args strictly in its open().
+ * its own args strictly in its open(), which stops after parsing when asked only to check. Also the
+ * one place that composes the default stack.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/layer.h"
+#include "util/alloc.h"
 #include "util/err.h"
+
+int uswap_default_tiers(uint64_t limit_bytes, char *buf, size_t len)
+{
+	int n;
+
+	if (limit_bytes)
+		n = snprintf(buf, len, "same,zpool:lz4:max=%lluK,file",
+			     (unsigned long long)(limit_bytes / USWAP_POOL_SHARE_MAX_DIV >> 10));
+	else
+		n = snprintf(buf, len, "same,zpool:lz4,file");
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
 
 /* "HOST:PORT" followed by ',', ':' or the end: another seed of a BACKEND_SEEDS tier, not a tier name. */
 static bool is_seed(const char *s)
@@ -21,7 +35,7 @@ static bool is_seed(const char *s)
 	return digits && strchr(",:", s[host + 1 + digits]);
 }
 
-int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx)
+int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx, bool check_only)
 {
 	const char *s = spec;
 	int ret;
@@ -60,6 +74,7 @@ int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx)
 		snprintf(args, sizeof(args), "%.*s", colon ? (int)(len - namelen - 1) : 0, colon ? colon + 1 : "");
 		env.nr_ctx = nr_ctx;
 		env.is_last = end == NULL;
+		env.check_only = check_only;
 		ret = backend_open(b, ops, args, &env);
 		if (ret) {
 			if (!uswap_errmsg()[0])
@@ -67,10 +82,31 @@ int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx)
 			b->ops = NULL;
 			return ret;
 		}
+		if (check_only)
+			b->ops = NULL; /* nothing was opened: nothing to close */
 		u->nr_tiers++;
 		s = end ? end + 1 : s + len;
 		if (end && !*s)
 			return err_set(-EINVAL, "tier string \"%s\" ends with a comma", spec);
 	}
 	return 0;
+}
+
+int uswap_check_tiers(const char *spec)
+{
+	char def[USWAP_TIERS_LEN];
+	struct uswap *u;
+	int ret;
+
+	err_clear();
+	if (!spec || !*spec) {
+		uswap_default_tiers(0, def, sizeof(def));
+		spec = def;
+	}
+	u = ualloc_zero(sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	ret = config_open_tiers(u, spec, 1, true);
+	ufree(u);
+	return ret;
 }

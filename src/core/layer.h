@@ -36,7 +36,7 @@ struct uswap {
 };
 
 /* config.c: parse @spec and open its tiers into u->tier[]. Return: 0 or -errno with err_set(). */
-int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx);
+int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx, bool check_only);
 
 /* move.c */
 void move_kick(struct uswap *u);

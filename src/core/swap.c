@@ -44,7 +44,8 @@ static void layer_close_tiers(struct uswap *u)
 int uswap_create_opts(struct uswap **out, const struct uswap_options *opts)
 {
 	struct uswap *u;
-	const char *spec = opts && opts->tiers && *opts->tiers ? opts->tiers : USWAP_DEFAULT_TIERS;
+	char def[USWAP_TIERS_LEN];
+	const char *spec = opts && opts->tiers && *opts->tiers ? opts->tiers : def;
 	uint64_t max_pages = opts && opts->max_pages ? opts->max_pages : default_max_pages();
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned nr_ctx = opts && opts->nr_ctx ? opts->nr_ctx : (unsigned)(ncpu > 0 ? 2 * ncpu : 2);
@@ -68,7 +69,9 @@ int uswap_create_opts(struct uswap **out, const struct uswap_options *opts)
 	if (!u->move_buf || !u->move_owners)
 		goto out_free;
 	u->move_buf2 = u->move_buf + 2 * PAGE_SIZE;
-	ret = config_open_tiers(u, spec, nr_ctx);
+	if (spec == def)
+		uswap_default_tiers(0, def, sizeof(def));
+	ret = config_open_tiers(u, spec, nr_ctx, false);
 	if (ret)
 		goto out_free;
 	if (!(opts && opts->no_background)) {

@@ -95,6 +95,7 @@ int uswap_mm_check(void)
 int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 {
 	struct uswap_options so = {0};
+	char def_tiers[USWAP_TIERS_LEN];
 	struct uswap_mm *m;
 	unsigned ncpu;
 	unsigned fa = o && o->fault_around_pages ? o->fault_around_pages : DEFAULT_FAULT_AROUND;
@@ -178,6 +179,10 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	if (ret)
 		goto out_free;
 	so.tiers = o ? o->tiers : NULL;
+	if (!so.tiers || !*so.tiers) {
+		uswap_default_tiers(o ? o->limit_bytes : 0, def_tiers, sizeof(def_tiers));
+		so.tiers = def_tiers;
+	}
 	so.max_pages = o ? o->max_swap_pages : 0;
 	ret = uswap_create_opts(&m->swap, &so);
 	if (ret)

@@ -100,9 +100,6 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  */
 #define BALANCE_MS       100
 #define FAULT_ROUND_NS   10000 /* a swap-in's fault round trip besides the load (docs/results.md) */
-#define POOL_SHARE_MIN   8     /* budget / 8 */
-#define POOL_SHARE_MAX   2     /* budget / 2 */
-#define POOL_SHARE_START 2     /* budget / 2 */
 #define POOL_SHARE_STEP  16    /* budget / 16 */
 #define IDLE_TURNS       10
 
@@ -113,7 +110,7 @@ void reclaim_budget_init(struct uswap_mm *m)
 
 	if (!budget || !m->swap)
 		return;
-	cap = uswap_mem_capacity(m->swap, budget / POOL_SHARE_START);
+	cap = uswap_mem_capacity(m->swap, budget / USWAP_POOL_SHARE_MAX_DIV);
 	atomic_store(&m->pool_target_bytes, cap > 0 ? (uint64_t)cap : 0);
 	atomic_store(&m->balance_next_ms, now_ms() + BALANCE_MS);
 }
@@ -149,9 +146,9 @@ static void pool_balance(struct uswap_mm *m, uint64_t budget)
 	m->bal_deep_loads = deep_loads;
 	target = atomic_load(&m->pool_target_bytes);
 	m->bal_idle = !d_deep && d_mem ? m->bal_idle + 1 : 0;
-	if (d_deep > d_mem && target + step <= budget / POOL_SHARE_MAX) {
+	if (d_deep > d_mem && target + step <= budget / USWAP_POOL_SHARE_MAX_DIV) {
 		target += step;
-	} else if (m->bal_idle >= IDLE_TURNS && target >= budget / POOL_SHARE_MIN + step) {
+	} else if (m->bal_idle >= IDLE_TURNS && target >= budget / USWAP_POOL_SHARE_MIN_DIV + step) {
 		target -= step;
 		m->bal_idle = 0;
 	} else {
@@ -170,7 +167,7 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 		return false;
 	pool_balance(m, budget * MM_PAGE);
 	pool = (uswap_mem_bytes(m->swap) + MM_PAGE - 1) / MM_PAGE;
-	limit_pages = budget - (pool < budget / 2 ? pool : budget / 2);
+	limit_pages = budget - (pool < budget / USWAP_POOL_SHARE_MAX_DIV ? pool : budget / USWAP_POOL_SHARE_MAX_DIV);
 	if (limit_pages == atomic_load(&m->limit_pages))
 		return false;
 	reclaim_set_limit(m, limit_pages, atomic_load(&m->inactive_pct));

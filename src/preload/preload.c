@@ -53,7 +53,6 @@
 #include "util/live.h"
 #include "util/thread.h"
 
-#define DEFAULT_TIERS "same,zpool:lz4,file"
 #define DEFAULT_HEAP (64ull << 30)
 #define DEFAULT_MIN_MAP (128u << 10)
 #define ARENA_ALIGN (64ull << 20)
@@ -1096,12 +1095,17 @@ __attribute__((constructor(101))) static void preload_init(void)
 	g_pid = getpid();
 	if (uswap_parse_size(lim, 1, &o.limit_bytes) || !o.limit_bytes)
 		fail("USWAP_LIMIT", -EINVAL);
+	/* The default stack puts the pool inside the limit; USWAP_POOL_IN_LIMIT says otherwise. */
+	s = getenv("USWAP_TIERS");
+	if (s && *s)
+		snprintf(g_tiers, sizeof(g_tiers), "%s", s);
+	else
+		uswap_default_tiers(o.limit_bytes, g_tiers, sizeof(g_tiers));
+	o.tiers = g_tiers;
+	o.pool_in_limit = !(s && *s);
 	if ((s = getenv("USWAP_POOL_IN_LIMIT")) && *s)
 		o.pool_in_limit = atoi(s) != 0;
 	g_budget = o.pool_in_limit ? o.limit_bytes : 0;
-	s = getenv("USWAP_TIERS");
-	snprintf(g_tiers, sizeof(g_tiers), "%s", s && *s ? s : DEFAULT_TIERS);
-	o.tiers = g_tiers;
 	if ((s = getenv("USWAP_FOLIO")) && *s) {
 		if (uswap_parse_size(s, 0, &v))
 			fail("USWAP_FOLIO", -EINVAL);
