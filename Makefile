@@ -65,8 +65,9 @@ $(BUILD)/libuswap.so: $(LIB_OBJ) src/uswap.map
 $(BUILD)/uswap: $(CLI_OBJ) $(BUILD)/libuswap.a
 	$(CC) $(LDSAN) -o $@ $(CLI_OBJ) $(BUILD)/libuswap.a $(LIBS)
 
-$(BUILD)/libuswap-preload.so: $(PRELOAD_OBJ) $(BUILD)/libuswap.a
-	$(CC) -shared $(LDSAN) -o $@ $(PRELOAD_OBJ) $(BUILD)/libuswap.a $(LIBS) -lmimalloc
+$(BUILD)/libuswap-preload.so: $(PRELOAD_OBJ) $(BUILD)/libuswap.a src/preload/preload.map
+	$(CC) -shared $(LDSAN) -Wl,--version-script=src/preload/preload.map -o $@ $(PRELOAD_OBJ) \
+		$(BUILD)/libuswap.a $(LIBS) -lmimalloc
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(TEST_LIB_OBJ) $(BUILD)/libuswap.a
 	@mkdir -p $(dir $@)

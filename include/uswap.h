@@ -146,6 +146,8 @@ struct uswap_tier_stats {
 	uint64_t stores, loads, rejects, errors;
 	uint64_t writeback_in, writeback_out; /* pages received from above / pushed below */
 	uint64_t load_ns;                      /* time spent loading */
+	uint64_t split_stores;                 /* folios stored in pieces: no free run held them (file) */
+	uint64_t released_bytes;               /* space handed back to the system (file: holes punched) */
 	uint32_t off;                          /* 1 after uswap_swapoff() */
 	uint32_t in_memory;                    /* 1: holds pages in this process's memory (a pool) */
 };
@@ -165,6 +167,12 @@ struct uswap_stats {
 
 /* uswap_stats() - a snapshot of the counters. Return: 0. */
 int uswap_stats(struct uswap *u, struct uswap_stats *st);
+
+/*
+ * uswap_tier_loads() - loads tier @tier has served so far (0: no such tier). One relaxed atomic read,
+ * cheap enough to call around a single access to tell which tier a swap-in came from.
+ */
+uint64_t uswap_tier_loads(struct uswap *u, unsigned tier);
 
 /*
  * uswap_mem_capacity() - cap the memory the memory tiers (compressed pools) may hold at @bytes, each

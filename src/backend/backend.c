@@ -3,6 +3,7 @@
  * sit here, once, instead of in every backend.
  */
 #include "backend/backend.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -99,14 +100,6 @@ static int load_counted(struct backend *b, int ret)
 {
 	atomic_fetch_add_explicit(ret ? &b->errors : &b->loads, 1, memory_order_relaxed);
 	return ret;
-}
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* The time of a load, for the balance of a memory budget between a pool and the tiers below it. */

@@ -1,6 +1,8 @@
 /*
  * file.c - swap-file tier: an O_DIRECT file (unnamed O_TMPFILE by default) or block device, driven by
  * io_uring, cut into 2 MiB clusters.
+ * One job: one tier behind the ops vector. Its allocator, I/O contexts, write-behind stage and
+ * readahead windows share one cluster table and one lock order, which is why they are one file.
  *
  * A cluster holds either plain pages (4 KiB slots, handle = slot number) or packed objects: pages a
  * compressed tier wrote back still compressed (BACKEND_PACKED), each an 8-byte header and the compressed
@@ -1364,6 +1366,8 @@ static void file_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->capacity_bytes = f->nr_slots * PAGE_SIZE;
 	st->meta_bytes = (uint64_t)f->fresh * sizeof(struct fcluster) +
 			 (f->tags ? f->used_pages * sizeof(*f->tags) : 0);
+	st->split_stores = f->split_stores;
+	st->released_bytes = f->punched_clusters * FC_BYTES;
 	pthread_mutex_unlock(&f->lock);
 }
 

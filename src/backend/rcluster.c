@@ -19,6 +19,7 @@
 #include <hiredis.h>
 
 #include "rcluster.h"
+#include "util/clock.h"
 #include "util/err.h"
 
 #define RC_PENDING       1    /* cmd.result while the command still has to go (again) */
@@ -63,14 +64,6 @@ unsigned rcluster_key_slot(const char *key, size_t len)
 			return rcluster_crc16(open + 1, (size_t)(close - open - 1)) & (RC_SLOTS - 1);
 	}
 	return rcluster_crc16(key, len) & (RC_SLOTS - 1);
-}
-
-uint64_t rcluster_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(uint64_t ms)
@@ -147,7 +140,7 @@ static void node_fail(struct rcluster *rc, struct rc_node *nd)
 {
 	node_drop(nd);
 	nd->broken = true;
-	nd->retry_at_ms = rcluster_now_ms() + (uint64_t)down_ms(rc);
+	nd->retry_at_ms = mono_ms() + (uint64_t)down_ms(rc);
 	rc->n.conn_errors++;
 	if (rc->cluster)
 		rc->stale = true;
@@ -266,7 +259,7 @@ out:
  */
 static int refresh_slots(struct rcluster *rc, int io_ms)
 {
-	uint64_t now = rcluster_now_ms();
+	uint64_t now = mono_ms();
 
 	for (int pass = 0; pass < 3; pass++) {
 		for (unsigned i = 0; i < rc->nr_nodes; i++) {
@@ -489,7 +482,7 @@ static int io_budget(const struct rcluster *rc, uint64_t deadline_ms, uint64_t n
 static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms,
 		      struct round_info *ri)
 {
-	uint64_t now = rcluster_now_ms();
+	uint64_t now = mono_ms();
 	bool skip_down = !deadline_ms;
 	int io_ms = io_budget(rc, deadline_ms, now);
 	int wait_ms = rc->timeout_ms / 2 > 0 ? rc->timeout_ms / 2 : 1; /* WAIT 0 would block forever */
@@ -604,7 +597,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 		if (r)
 			freeReplyObject(r);
 		if (res == -EIO)
-			nd->thin_until_ms = rcluster_now_ms() + (uint64_t)down_ms(rc);
+			nd->thin_until_ms = mono_ms() + (uint64_t)down_ms(rc);
 		if (res)
 			for (size_t j = 0; j < n; j++)
 				if (cmds[j].op == RC_SET && cmds[j].node == i && !cmds[j].result)
@@ -626,7 +619,7 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 	}
 	for (;;) {
 		struct round_info ri = {false, false, false, false};
-		uint64_t now = rcluster_now_ms();
+		uint64_t now = mono_ms();
 
 		if (rc->cluster && rc->stale) /* a load's refresh waits no longer than its deadline */
 			refresh_slots(rc, io_budget(rc, deadline_ms, now));
@@ -639,7 +632,7 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 		if (ri.redirected && redirects++ < RC_MAX_REDIRECTS)
 			continue;
 		if (deadline_ms) {
-			now = rcluster_now_ms();
+			now = mono_ms();
 			if (now >= deadline_ms)
 				break;
 			sleep_ms(deadline_ms - now < pause_ms ? deadline_ms - now : pause_ms);

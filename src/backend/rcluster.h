@@ -85,6 +85,4 @@ void rcluster_close(struct rcluster *rc);
  */
 int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms);
 
-uint64_t rcluster_now_ms(void);
-
 #endif

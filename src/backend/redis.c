@@ -25,6 +25,7 @@
 #include "seal.h"
 #include "util/thread.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/err.h"
 
 #define REDIS_BATCH    64 /* pages per round trip */
@@ -83,7 +84,7 @@ static int redis_run(struct redis_tier *rt, enum redis_op op, size_t n)
 						   .buf = rt->sealed + i * SEALED_SIZE,
 						   .len = SEALED_SIZE};
 	if (op == OP_GET && n) /* a load waits for a server that comes back; a store goes elsewhere */
-		deadline = rcluster_now_ms() + (uint64_t)rt->rc.timeout_ms;
+		deadline = mono_ms() + (uint64_t)rt->rc.timeout_ms;
 	if (!nd && !n)
 		return 0;
 	rcluster_exec(&rt->rc, rt->cmds, nd + n, op == OP_SET ? rt->replicas : 0, deadline);

@@ -1,5 +1,7 @@
 /*
  * zpool.c - compressed RAM tier: lz4/zstd objects packed by size class into 64 KiB blocks.
+ * One job: one tier behind the ops vector; its size classes, block LRU, compaction and capacity all
+ * walk the same block table under the same lock.
  *
  * The pool is one virtual reservation of max bytes cut into blocks (64 KiB, or 16 KiB in a pool under
  * 64 MiB). A block serves one size class (objects of (i+1) * 16 bytes, or 64 in a small pool); objects

@@ -9,6 +9,7 @@
  *  3. a churn of random folio sizes and frees on a small file: fragmentation and split folios.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <liburing.h>
 #include <lz4.h>
 #include <stdbool.h>
@@ -16,10 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
-#include "backend/backend.h"
 #include "cli/cli.h"
-#include "core/testhook.h"
 #include "util/pagegen.h"
 #include "uswap.h"
 
@@ -72,14 +72,14 @@ static int raw_read(struct io_uring *r, int fd, void *buf, size_t len, uint64_t 
 	return 0;
 }
 
-static struct backend *file_tier_of(struct uswap *u)
+/* The statistics of the layer's file tier (its first). */
+static const struct uswap_tier_stats *file_stats(struct uswap *u, struct uswap_stats *st)
 {
-	for (unsigned t = 0;; t++) {
-		struct backend *b = testhook_tier(u, t);
-
-		if (!b || !strcmp(b->ops->name, "file"))
-			return b;
-	}
+	uswap_stats(u, st);
+	for (unsigned t = 0; t < st->nr_tiers; t++)
+		if (!strcmp(st->tier[t].name, "file"))
+			return &st->tier[t];
+	return &st->tier[USWAP_MAX_TIERS - 1]; /* all zero */
 }
 
 struct result {
@@ -102,32 +102,37 @@ static int phase_plain(struct result *r, const unsigned char *src, size_t nfolio
 {
 	struct uswap_options o = {.no_background = 1};
 	static double lraw[NR_LAT], llay[NR_LAT];
-	char spec[128];
+	char spec[192], path[64];
 	struct uswap *u;
-	struct file_layout fl;
+	struct uswap_stats st;
 	struct io_uring ring;
+	int fd = -1;
 	uswap_id_t *ids = calloc(nfolios, sizeof(*ids));
 	unsigned char *buf = mmap(NULL, 8 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uint64_t seed = 42, used;
 	double t;
 	int ret = 1;
 
-	snprintf(spec, sizeof(spec), "file:size=%llu,zpool:lz4:max=%llu",
+	/* A named file, so that the baseline reads the same file with plain io_uring reads. */
+	snprintf(path, sizeof(path), "/var/tmp/uswap-bench-file.%d", (int)getpid());
+	snprintf(spec, sizeof(spec), "file:%s:size=%llu,zpool:lz4:max=%llu", path,
 		 (unsigned long long)(size + (64 << 20)), (unsigned long long)size);
 	o.tiers = spec;
 	if (!ids || buf == MAP_FAILED || uswap_create_opts(&u, &o))
 		return fprintf(stderr, "uswap: bench file: %s\n", uswap_errmsg()), 1;
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0)
+		goto out;
 	t = cli_now();
 	for (size_t i = 0; i < nfolios; i++)
 		if (uswap_store(u, src + (i * FOLIO % SRC_PAGES) * PS, FOLIO, &ids[i]))
 			goto out;
 	r->store_mb_s = (double)nfolios * FOLIO * PS / (cli_now() - t) / 1e6;
-	file_layout(file_tier_of(u), &fl);
-	used = fl.used_pages * PS;
+	used = file_stats(u, &st)->data_bytes; /* plain pages only: no pool below the file */
 	if (io_uring_queue_init(8, &ring, 0))
 		goto out;
 	t = cli_now();
-	if (raw_read(&ring, fl.fd, buf, 2 << 20, 0, used / (2 << 20), 4))
+	if (raw_read(&ring, fd, buf, 2 << 20, 0, used / (2 << 20), 4))
 		goto out_ring;
 	r->seq_mb_s = (double)(used / (2 << 20)) * (2 << 20) / (cli_now() - t) / 1e6;
 	/* Interleaved, so that both see the same device and cache state. */
@@ -135,7 +140,7 @@ static int phase_plain(struct result *r, const unsigned char *src, size_t nfolio
 		uint64_t f = rnd(&seed) % nfolios, pg = rnd(&seed) % FOLIO, slot = rnd(&seed) % (used / PS);
 
 		t = cli_now();
-		if (raw_read(&ring, fl.fd, buf, PS, slot * PS, 1, 1))
+		if (raw_read(&ring, fd, buf, PS, slot * PS, 1, 1))
 			goto out_ring;
 		lraw[i] = (cli_now() - t) * 1e6;
 		t = cli_now();
@@ -169,6 +174,8 @@ out_ring:
 out:
 	if (ret)
 		fprintf(stderr, "uswap: bench file: plain phase failed: %s\n", uswap_errmsg());
+	if (fd >= 0)
+		close(fd);
 	uswap_destroy(u);
 	free(ids);
 	munmap(buf, 8 << 20);
@@ -180,8 +187,8 @@ static int phase_packed(struct result *r, const unsigned char *src, size_t nfoli
 	struct uswap_options o = {.no_background = 1};
 	char spec[128];
 	struct uswap *u;
-	struct file_layout fl;
 	struct uswap_stats st;
+	const struct uswap_tier_stats *ft;
 	uswap_id_t *ids = calloc(nfolios, sizeof(*ids));
 	unsigned char *buf = malloc(FOLIO * PS);
 	uint64_t pages = (uint64_t)nfolios * FOLIO;
@@ -202,15 +209,14 @@ static int phase_packed(struct result *r, const unsigned char *src, size_t nfoli
 	if (n != (ssize_t)pages)
 		goto out;
 	r->writeback_mb_s = (double)pages * PS / (cli_now() - t) / 1e6;
-	file_layout(file_tier_of(u), &fl);
-	uswap_stats(u, &st);
-	r->file_bytes_compressed = (double)fl.used_sectors * 512;
+	ft = file_stats(u, &st);
+	r->file_bytes_compressed = (double)ft->data_bytes; /* all of it packed: written back compressed */
 	t = cli_now();
 	if (uswap_swapoff(u, 1))
 		goto out;
 	t = cli_now() - t;
 	r->swapoff_mb_s = (double)pages * PS / t / 1e6;
-	r->swapoff_file_mb_s = (double)fl.clusters_packed * (2 << 20) / t / 1e6;
+	r->swapoff_file_mb_s = (double)ft->used_bytes / t / 1e6;
 	for (size_t i = 0; i < nfolios; i += nfolios / 97 + 1) {
 		if (uswap_load(u, ids[i], buf, FOLIO) ||
 		    memcmp(buf, src + (i * FOLIO % SRC_PAGES) * PS, FOLIO * PS))
@@ -234,8 +240,8 @@ static int phase_churn(struct result *r, const unsigned char *src)
 	static uswap_id_t ids[SLOTS];
 	static uint32_t npg[SLOTS];
 	uint64_t seed = 7, held = 0, cap = 256ull << 20, stores = 0, samples = 0;
-	struct file_layout fl;
 	struct uswap_stats st;
+	const struct uswap_tier_stats *ft;
 	double frag_sum = 0;
 	struct uswap *u;
 
@@ -280,10 +286,10 @@ static int phase_churn(struct result *r, const unsigned char *src)
 		}
 	}
 	uswap_maintain(u);
-	file_layout(file_tier_of(u), &fl);
+	ft = file_stats(u, &st);
 	r->frag = samples ? frag_sum / (double)samples : 0;
-	r->split_ratio = stores ? (double)fl.split_stores / (double)stores : 0;
-	r->punched = fl.punched_clusters;
+	r->split_ratio = stores ? (double)ft->split_stores / (double)stores : 0;
+	r->punched = ft->released_bytes / (2 << 20);
 	uswap_destroy(u);
 	return 0;
 }

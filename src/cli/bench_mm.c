@@ -19,10 +19,7 @@
 #include <time.h>
 #include <x86intrin.h>
 
-#include "backend/backend.h"
 #include "cli/cli.h"
-#include "core/layer.h"
-#include "mm/mm.h"
 #include "util/pagegen.h"
 #include "uswap.h"
 
@@ -315,30 +312,39 @@ struct pattern_result {
  * program sees it. Loads from the file tier (what the pool wrote back) are counted, not timed.
  */
 struct tier_loads {
-	_Atomic uint64_t *pool;
-	_Atomic uint64_t *other[USWAP_MAX_TIERS];
-	unsigned nr_other;
+	struct uswap *u;
+	int pool;                       /* the first zpool tier, or -1 */
+	unsigned others[USWAP_MAX_TIERS];
+	unsigned nr_others;
 };
 
 static void tier_loads_init(struct uswap_mm *m, struct tier_loads *tl)
 {
-	struct uswap *u = uswap_mm_swap(m);
+	struct uswap_stats st;
 
 	memset(tl, 0, sizeof(*tl));
-	for (unsigned t = 0; t < u->nr_tiers; t++) {
-		if (u->tier[t].ops == &zpool_backend_ops && !tl->pool)
-			tl->pool = &u->tier[t].loads;
+	tl->u = uswap_mm_swap(m);
+	tl->pool = -1;
+	uswap_stats(tl->u, &st);
+	for (unsigned t = 0; t < st.nr_tiers; t++) {
+		if (!strcmp(st.tier[t].name, "zpool") && tl->pool < 0)
+			tl->pool = (int)t;
 		else
-			tl->other[tl->nr_other++] = &u->tier[t].loads;
+			tl->others[tl->nr_others++] = t;
 	}
+}
+
+static uint64_t pool_loads(const struct tier_loads *tl)
+{
+	return tl->pool < 0 ? 0 : uswap_tier_loads(tl->u, (unsigned)tl->pool);
 }
 
 static uint64_t other_loads(const struct tier_loads *tl)
 {
 	uint64_t n = 0;
 
-	for (unsigned t = 0; t < tl->nr_other; t++)
-		n += atomic_load_explicit(tl->other[t], memory_order_relaxed);
+	for (unsigned t = 0; t < tl->nr_others; t++)
+		n += uswap_tier_loads(tl->u, tl->others[t]);
 	return n;
 }
 
@@ -352,13 +358,13 @@ static double touch_mm(struct uswap_mm *m, unsigned char *base, const uint32_t *
 	*nr_lat = 0;
 	t0 = cli_now();
 	for (uint64_t i = from; i < n; i++) {
-		uint64_t p0 = tl.pool ? atomic_load_explicit(tl.pool, memory_order_relaxed) : 0;
+		uint64_t p0 = pool_loads(&tl);
 		uint64_t o0 = other_loads(&tl);
 		uint64_t c0 = __rdtsc(), c1;
 
 		(*(volatile uint64_t *)(base + (uint64_t)seq[i] * PS))++;
 		c1 = __rdtsc();
-		if (tl.pool && atomic_load_explicit(tl.pool, memory_order_relaxed) != p0 &&
+		if (tl.pool >= 0 && pool_loads(&tl) != p0 &&
 		    other_loads(&tl) == o0 && kinds[seq[i]] == PG_TEXT && *nr_lat < NR_LAT)
 			lat[(*nr_lat)++] = (uint32_t)((double)(c1 - c0) / tsc_per_us * 1000.0); /* ns */
 	}

@@ -449,6 +449,11 @@ int64_t uswap_mem_capacity(struct uswap *u, uint64_t bytes)
 	return cap ? (int64_t)cap : -EOPNOTSUPP;
 }
 
+uint64_t uswap_tier_loads(struct uswap *u, unsigned tier)
+{
+	return tier < u->nr_tiers ? atomic_load_explicit(&u->tier[tier].loads, memory_order_relaxed) : 0;
+}
+
 uint64_t uswap_mem_bytes(struct uswap *u)
 {
 	uint64_t bytes = 0;

@@ -27,14 +27,7 @@
 #include "mm/uffd.h"
 #include "util/thread.h"
 #include "util/alloc.h"
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+#include "util/clock.h"
 
 static void hist_add(struct mm_hist *h, uint64_t ns)
 {
@@ -148,7 +141,7 @@ static void after_fault(struct uswap_mm *m)
 int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool wp, bool write,
 			 bool adopt)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = mono_ns();
 	struct mm_region *r;
 	bool swapin = false, woken = false;
 	size_t fi, first, end;
@@ -204,7 +197,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	if (!woken && !m->sigbus)
 		uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
 	if (swapin)
-		hist_add(&m->swapin_hist, now_ns() - t0);
+		hist_add(&m->swapin_hist, mono_ns() - t0);
 	/* The program goes on with its page while the next ones come in. */
 	if (swapin && !ret)
 		swapin_readahead(m, stage, r, fi);

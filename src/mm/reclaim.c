@@ -27,6 +27,7 @@
 #include "mm/mm.h"
 #include "mm/uffd.h"
 #include "util/alloc.h"
+#include "util/clock.h"
 #include "util/thread.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -55,19 +56,6 @@ struct release_batch {
 	unsigned nr_iov, nr_folios;
 	size_t pages;
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t now_ms(void)
-{
-	return now_ns() / 1000000;
-}
 
 /* ---- the limit: watermarks, and the budget that resident pages share with the pool ---- */
 
@@ -112,12 +100,12 @@ void reclaim_budget_init(struct uswap_mm *m)
 		return;
 	cap = uswap_mem_capacity(m->swap, budget / USWAP_POOL_SHARE_MAX_DIV);
 	atomic_store(&m->pool_target_bytes, cap > 0 ? (uint64_t)cap : 0);
-	atomic_store(&m->balance_next_ms, now_ms() + BALANCE_MS);
+	atomic_store(&m->balance_next_ms, mono_ms() + BALANCE_MS);
 }
 
 static void pool_balance(struct uswap_mm *m, uint64_t budget)
 {
-	uint64_t next = atomic_load(&m->balance_next_ms), now = now_ms(), target, mem_ns = 0, mem_loads = 0;
+	uint64_t next = atomic_load(&m->balance_next_ms), now = mono_ms(), target, mem_ns = 0, mem_loads = 0;
 	uint64_t deep_ns = 0, deep_loads = 0, d_mem, d_deep, step = budget / POOL_SHARE_STEP;
 	struct uswap_stats st;
 	bool below = false;
@@ -259,10 +247,10 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 			if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) < WP_SCORE_MAX)
 				atomic_fetch_add_explicit(&m->wp_score, 1, memory_order_relaxed);
 		} else {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = mono_ns();
 
 			ret = uswap_store(m->swap, (const void *)region_shadow(r, i), n, &id);
-			atomic_fetch_add_explicit(&m->c.store_ns, now_ns() - t0, memory_order_relaxed);
+			atomic_fetch_add_explicit(&m->c.store_ns, mono_ns() - t0, memory_order_relaxed);
 			if (ret) {
 				atomic_fetch_add(&m->c.store_failures, 1);
 				evict_undo(m, r, i, n);
@@ -489,7 +477,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 	unsigned idle = 0, dry = 0; /* rounds without progress of any kind; dry rounds since an eviction */
 	uint64_t limit = atomic_load(&m->limit_pages);
 
-	if (direct && now_ms() < atomic_load(&m->direct_stall_until_ms))
+	if (direct && mono_ms() < atomic_load(&m->direct_stall_until_ms))
 		return 0;
 	for (;;) {
 		uint64_t res, inact, want, t0;
@@ -509,7 +497,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 			pthread_mutex_lock(&m->reclaim_lock);
 		else if (pthread_mutex_trylock(&m->reclaim_lock))
 			break;
-		t0 = now_ns();
+		t0 = mono_ns();
 		inact = atomic_load(&m->inactive);
 		if (inact < atomic_load(&m->inactive_target_pages) + want) {
 			uint64_t fwant = atomic_load(&m->inactive_target_pages) + want - inact;
@@ -520,7 +508,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 			hand_advance(m, true, fwant, 4 * fwant + 64, &front);
 		}
 		hand_advance(m, false, want, 4 * want + 64, &back);
-		atomic_fetch_add_explicit(&m->c.reclaim_ns, now_ns() - t0, memory_order_relaxed);
+		atomic_fetch_add_explicit(&m->c.reclaim_ns, mono_ns() - t0, memory_order_relaxed);
 		pthread_mutex_unlock(&m->reclaim_lock);
 		if (!direct)
 			cow_break(m, &front);
@@ -528,7 +516,7 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 		if (direct) {
 			/* Demotions free nothing: a dry round (no tier takes pages) stalls. */
 			if (round_dry(&front, &back))
-				atomic_store(&m->direct_stall_until_ms, now_ms() + DIRECT_STALL_MS);
+				atomic_store(&m->direct_stall_until_ms, mono_ms() + DIRECT_STALL_MS);
 			break;
 		}
 		/*

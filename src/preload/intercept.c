@@ -1,0 +1,353 @@
+/*
+ * intercept.c - the calls of the program that the preload library takes first: mmap (new mappings
+ * registered), madvise and process_madvise (discards reported to the instance), mlockall, the close
+ * and dup family (the library's descriptors kept), and pthread_create (the library's threads marked).
+ */
+#include "preload/preload.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include "util/fd.h"
+
+_Atomic int g_lock_future;
+
+/* ---- mappings ---- */
+
+/*
+ * Anonymous private memory made read-write at once, or reserved PROT_NONE to be made read-write
+ * later with mprotect() (JavaScript engines, runtimes with their own heaps), up to MAX_RESERVATION:
+ * beyond that a reservation is address space, not memory, and its tables would cost more than it
+ * is worth. A part the program leaves PROT_NONE or read-only stays resident once touched.
+ */
+#define MAX_RESERVATION (4ull << 30)
+static bool worth_managing(size_t len, int prot, int flags, int fd)
+{
+	if (fd != -1 || !(flags & MAP_ANONYMOUS) || (flags & MAP_TYPE) != MAP_PRIVATE ||
+	    (flags & (MAP_STACK | MAP_GROWSDOWN | MAP_HUGETLB)) || len < g_min_map)
+		return false;
+	if (prot == PROT_NONE)
+		return len <= MAX_RESERVATION;
+	return prot == (PROT_READ | PROT_WRITE);
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	void *p = sys_mmap(addr, len, prot, flags, fd, off);
+	bool managed = false;
+	int lock;
+
+	if (p == MAP_FAILED || t_internal)
+		return p;
+	if (atomic_load_explicit(&g_adopt, memory_order_relaxed) && worth_managing(len, prot, flags, fd))
+		child_adopt();
+	if (atomic_load_explicit(&g_managing, memory_order_relaxed) && ours()) {
+		t_internal++;
+		/*
+		 * The new mapping may stand where a registered range was (MAP_FIXED over it, or an
+		 * address a munmap() freed): the instance applies that range's event before the program
+		 * touches the new pages, or reclaim could take them for the old range's.
+		 */
+		uswap_mm_sync(g_mm);
+		if (worth_managing(len, prot, flags, fd)) /* refused: stays plain memory */
+			managed = !uswap_register(g_mm, p, (len + 4095) & ~(size_t)4095, 0);
+		t_internal--;
+	}
+	lock = atomic_load_explicit(&g_lock_future, memory_order_relaxed);
+	if (lock && !managed)
+		syscall(SYS_mlock2, p, len, lock - 1);
+	return p;
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+	return mmap(addr, len, prot, flags, fd, (off_t)off);
+}
+
+/* ---- discards: the program's MADV_DONTNEED and MADV_FREE reach the instance first ---- */
+
+/*
+ * The instance is made with discards_reported: the kernel raises no REMOVE event for a madvise()
+ * of a registered range (each event stopped the caller until a handler read it, and reclaim's own
+ * zaps raised them too), so every discard the program makes through libc (its own, mimalloc's,
+ * ours of freed blocks) goes through uswap_mm_discard(), which drops what the instance holds of
+ * the range and zaps it with MADV_DONTNEED: MADV_FREE's "zero or old data" becomes zero at once.
+ * A raw madvise system call on a registered range is not seen (docs/mm.md); USWAP_REMOVE_EVENTS=1
+ * keeps the kernel's events instead.
+ */
+typedef int (*madvise_fn)(void *, size_t, int);
+typedef ssize_t (*process_madvise_fn)(int, const struct iovec *, size_t, int, unsigned);
+static madvise_fn real_madvise;
+static process_madvise_fn real_process_madvise;
+bool g_discards_reported;
+
+static bool discard_advice(int advice)
+{
+	return advice == MADV_DONTNEED || advice == MADV_FREE;
+}
+
+/* Return: 1 the instance took the discard (0 or -errno in *ret), 0 the kernel's alone. */
+static int discard(void *addr, size_t len, int advice, int *ret)
+{
+	size_t l = (len + PAGE_BYTES - 1) & ~(size_t)(PAGE_BYTES - 1);
+
+	if (!discard_advice(advice) || !g_discards_reported || ((uintptr_t)addr & (PAGE_BYTES - 1)) || !l ||
+	    !atomic_load_explicit(&g_managing, memory_order_relaxed) || !ours())
+		return 0;
+	t_internal++;
+	*ret = uswap_mm_discard(g_mm, addr, l);
+	t_internal--;
+	return 1;
+}
+
+int madvise(void *addr, size_t len, int advice)
+{
+	int ret;
+
+	if (discard(addr, len, advice, &ret)) {
+		if (!ret)
+			return 0;
+		errno = -ret;
+		return -1;
+	}
+	if (!real_madvise)
+		real_madvise = (madvise_fn)dlsym(RTLD_NEXT, "madvise");
+	return real_madvise(addr, len, advice);
+}
+
+/* Whether @pidfd names this process (from its fdinfo: process_madvise() on oneself is rare). */
+static bool pidfd_is_self(int pidfd)
+{
+	char path[64], line[128];
+	bool self = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Pid:", 4)) {
+			self = atoi(line + 4) == (int)getpid();
+			break;
+		}
+	fclose(f);
+	return self;
+}
+
+ssize_t process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice, unsigned flags)
+{
+	if (discard_advice(advice) && g_discards_reported && !flags && pidfd_is_self(pidfd)) {
+		ssize_t done = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			int ret;
+
+			if (!discard(iov[i].iov_base, iov[i].iov_len, advice, &ret))
+				ret = syscall(SYS_madvise, iov[i].iov_base, iov[i].iov_len, advice) ? -errno : 0;
+			if (ret) {
+				if (done)
+					return done;
+				errno = -ret;
+				return -1;
+			}
+			done += (ssize_t)iov[i].iov_len;
+		}
+		return done;
+	}
+	if (!real_process_madvise)
+		real_process_madvise = (process_madvise_fn)dlsym(RTLD_NEXT, "process_madvise");
+	if (!real_process_madvise)
+		return syscall(SYS_process_madvise, pidfd, iov, n, advice, flags);
+	return real_process_madvise(pidfd, iov, n, advice, flags);
+}
+
+/* ---- locked memory ---- */
+
+/*
+ * The kernel's mlockall() faults in every page of every mapping it locks: the heap's whole
+ * reservation and every registered range, gigabytes of zeros that reclaim could then not move (a
+ * locked page cannot go to an unlocked shadow). So under an instance mlockall() locks what is not
+ * under the limit: file mappings, the stack and glibc's brk heap now (MCL_CURRENT), and (MCL_FUTURE)
+ * the mappings the program makes later that the instance does not manage. Memory under the limit
+ * stays swappable: the program runs under `uswap run --limit` by the operator's choice, and is told
+ * so once. mlock() of a range is the kernel's: those pages stay resident, over the limit if need be.
+ * As with the kernel's, locks are not inherited by a fork child.
+ */
+
+/* Lock every file mapping, the stack and the brk heap with mlock2() @how. Return: 0 or -errno. */
+static int lock_current(int how)
+{
+	struct span {
+		uintptr_t a, b;
+	} *v = NULL, *nv;
+	size_t n = 0, cap = 0, len = 0;
+	char *line = NULL;
+	int ret = 0;
+	FILE *f;
+
+	t_internal++;
+	f = fopen("/proc/self/maps", "re");
+	if (!f) {
+		ret = -errno;
+		goto out;
+	}
+	/* all spans first: locking splits and merges the mappings the file lists */
+	while (getline(&line, &len, f) > 0) {
+		unsigned long a, b;
+		int at = 0;
+
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &a, &b, &at) < 2 || !at)
+			continue;
+		const char *path = line + at;
+
+		if (path[0] != '/' && strncmp(path, "[stack]", 7) && strncmp(path, "[heap]", 6))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 64;
+			if (!(nv = realloc(v, cap * sizeof(*v)))) {
+				ret = -ENOMEM;
+				break;
+			}
+			v = nv;
+		}
+		v[n++] = (struct span){ a, b };
+	}
+	fclose(f);
+	for (size_t i = 0; i < n && !ret; i++)
+		if (syscall(SYS_mlock2, v[i].a, v[i].b - v[i].a, how))
+			ret = -errno;
+out:
+	free(v);
+	free(line);
+	t_internal--;
+	return ret;
+}
+
+int mlockall(int flags)
+{
+	static atomic_bool told;
+	int how = flags & MCL_ONFAULT ? MLOCK_ONFAULT : 0, ret;
+
+	if (!g_arena || t_internal)
+		return (int)syscall(SYS_mlockall, flags);
+	if ((flags & ~(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT)) || !(flags & (MCL_CURRENT | MCL_FUTURE))) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!atomic_exchange(&told, true))
+		fprintf(stderr, "uswap: pid %d called mlockall(): its heap and the mappings under the limit "
+				"stay swappable, the rest is locked\n", (int)getpid());
+	atomic_store(&g_lock_future, flags & MCL_FUTURE ? how + 1 : 0);
+	if ((flags & MCL_CURRENT) && (ret = lock_current(how))) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+int munlockall(void)
+{
+	atomic_store(&g_lock_future, 0);
+	return (int)syscall(SYS_munlockall);
+}
+
+/* ---- descriptors the library keeps (util/fd.h) ---- */
+
+/*
+ * A close-all loop (daemons, closefrom(), close_range()) leaves the instance's descriptors open, and
+ * a dup2() onto one fails with EBUSY (as when it races with an open()). They sit high in the table,
+ * so a program picking small numbers (a shell's `exec 6>file`) never meets them.
+ */
+typedef int (*close_fn)(int);
+static close_fn real_close;
+
+int close(int fd)
+{
+	if (!t_internal && fd_kept(fd))
+		return 0;
+	if (!real_close)
+		real_close = (close_fn)dlsym(RTLD_NEXT, "close");
+	return real_close ? real_close(fd) : (int)syscall(SYS_close, fd);
+}
+
+int close_range(unsigned first, unsigned last, int flags)
+{
+	if (!t_internal && !(flags & CLOSE_RANGE_CLOEXEC)) {
+		/* the gaps between kept descriptors, one call each */
+		for (int k; first <= last && first < INT_MAX && (k = fd_kept_from((int)first)) >= 0 &&
+			    (unsigned)k <= last;
+		     first = (unsigned)k + 1) {
+			if ((unsigned)k > first && syscall(SYS_close_range, first, (unsigned)k - 1, flags))
+				return -1;
+		}
+		if (first > last)
+			return 0;
+	}
+	return (int)syscall(SYS_close_range, first, last, flags);
+}
+
+void closefrom(int low)
+{
+	close_range((unsigned)(low < 0 ? 0 : low), ~0u, 0);
+}
+
+int dup2(int old, int new)
+{
+	if (!t_internal && old != new && fd_kept(new)) {
+		errno = EBUSY;
+		return -1;
+	}
+	return (int)syscall(SYS_dup2, old, new);
+}
+
+int dup3(int old, int new, int flags)
+{
+	if (!t_internal && old != new && fd_kept(new)) {
+		errno = EBUSY;
+		return -1;
+	}
+	return (int)syscall(SYS_dup3, old, new, flags);
+}
+
+/* ---- threads the library starts carry the mark ---- */
+
+struct tramp {
+	void *(*fn)(void *);
+	void *arg;
+};
+
+static void *tramp_main(void *p)
+{
+	struct tramp t = *(struct tramp *)p;
+
+	__libc_free(p);
+	t_internal = 1;
+	return t.fn(t.arg);
+}
+
+int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	if (!real_pthread_create)
+		real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+	real_close = (close_fn)dlsym(RTLD_NEXT, "close");
+	if (!t_internal)
+		return real_pthread_create(th, attr, fn, arg);
+	struct tramp *t = __libc_malloc(sizeof(*t));
+
+	if (!t)
+		return EAGAIN;
+	t->fn = fn;
+	t->arg = arg;
+	int ret = real_pthread_create(th, attr, tramp_main, t);
+	if (ret)
+		__libc_free(t);
+	return ret;
+}
