@@ -833,8 +833,8 @@ static void test_mm_sigbus_foreign(void)
 
 /*
  * The fault handlers follow the CPUs the process may use (taskset, a container's cpuset), not all
- * the machine's: created on one CPU, the instance has one handler, pinned there, and it serves.
- * Before, one handler per online CPU was pinned to CPUs 0..n-1 whatever the mask.
+ * the machine's: created on one CPU, the instance has one handler, pinned there, and it serves
+ * (not one per online CPU pinned to CPUs 0..n-1 whatever the mask).
  */
 static void test_mm_cpu_affinity(void)
 {

@@ -492,7 +492,7 @@ static void forked_child_plain(void)
 /*
  * A program that locks all its memory (mlockall(MCL_CURRENT | MCL_FUTURE), python3 through ctypes),
  * then builds 240 MB of distinct pages. The kernel's mlockall() would fault in the heap's whole
- * reservation (once, 15 GB in 8 s before anything was swapped): under uswap the memory under the
+ * reservation (gigabytes, before anything is swapped): under uswap the memory under the
  * limit stays swappable (the program stays near the limit), the rest is locked, and a small mapping
  * made after the call is locked too (MCL_FUTURE). The script writes its anonymous resident KiB and
  * how much more was locked after its mmap() to a file.
@@ -522,8 +522,8 @@ static void locked_memory(void)
 }
 
 /*
- * Address space: under `ulimit -v` (3 GB) the heap's reservation is made to fit (it was 64 GiB, and
- * start-up failed); and a heap smaller than the program needs (USWAP_HEAP=64M) hands the rest to
+ * Address space: under `ulimit -v` (3 GB) the heap's reservation is made to fit (the full 64 GiB
+ * would fail start-up); and a heap smaller than the program needs (USWAP_HEAP=64M) hands the rest to
  * glibc's malloc instead of failing the program's allocations (python3 raised MemoryError).
  */
 static void address_space_limits(void)
@@ -552,8 +552,8 @@ static void address_space_limits(void)
  * Programs that treat every descriptor as theirs: python3 closes all of them (os.closerange(): a
  * close_range() call; then close() of each one /proc/self/fd lists, and a dup2() onto each
  * userfaultfd) with 240 MB swapped, then reads it all back and builds more; a bash script builds an
- * array under 16M, then `exec 6>file` (fd 6 was the instance's userfaultfd) and sums it. Both used
- * to crash (SIGSEGV on the next swapped page).
+ * array under 16M, then `exec 6>file` (fd 6 would be the instance's userfaultfd, were it not moved
+ * high) and sums it. Losing those descriptors would crash them (SIGSEGV on the next swapped page).
  */
 static void descriptors_taken(void)
 {

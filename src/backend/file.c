@@ -24,7 +24,7 @@
  * flush(), runs of adjacent slots as one request; loads, peeks and releases look there first (a range
  * check, no lock, on a miss). The stage is written under wb_lock and a release of a staged slot takes
  * wb_lock, so a freed slot is never reused while its old data is in flight. Larger folios are written
- * at once, as before.
+ * at once.
  * Swapoff path (peek): whole clusters are read in handle order, two 2 MiB windows, the next one in
  * flight while the current one is used; a window is valid only for the write generation it was read at.
  *

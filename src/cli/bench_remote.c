@@ -117,10 +117,10 @@ int bench_remote(int argc, char **argv)
 	}
 	/*
 	 * Each pair is measured interleaved, so that both sides see the same machine: on two vCPUs a round
-	 * trip costs ~7 us or ~70 us depending on whether an idle vCPU must be woken, and that changes
-	 * from one second to the next. Stores: 8 rounds of 32 pipelined 64-page folios (one round trip
-	 * each, 64 MiB in all) and 256 single pages (one round trip each, 8 MiB in all); nothing is freed
-	 * until the end, so no queued DEL rides along.
+	 * trip costs ten times more when an idle vCPU must be woken (docs/results.md#remote-tier), and that
+	 * changes from one second to the next. Stores: 8 rounds of 32 pipelined 64-page folios (one round
+	 * trip each, 64 MiB in all) and 256 single pages (one round trip each, 8 MiB in all); nothing is
+	 * freed until the end, so no queued DEL rides along.
 	 */
 	st_us = st1_us = 0;
 	for (int r = 0; r < 8; r++) {

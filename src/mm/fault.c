@@ -3,10 +3,10 @@
  * mremap, madvise) in the order the kernel queued them; the staging pool and uswap_prefault().
  *
  * A handler sleeping in poll() on another CPU pays two cross-CPU wake-ups per fault, and an idle vCPU
- * halts; the handler on the faulting thread's own CPU is woken by a local switch (docs/mm.md has the
- * figures). So there is one handler per CPU of the process, each pinned, all reading the same uffd
- * (non-blocking read first, poll() only when it is empty). A whole folio is resolved per fault
- * (swapin.c brings it in).
+ * halts; the handler on the faulting thread's own CPU is woken by a local switch, several times faster
+ * (docs/results.md#fault-floor). So there is one handler per CPU of the process, each pinned, all
+ * reading the same uffd (non-blocking read first, poll() only when it is empty). A whole folio is
+ * resolved per fault (swapin.c brings it in).
  *
  * Context rules: a handler never touches registered memory (it would wait on itself), never
  * allocates (a preloaded program may serve malloc from registered memory), and never holds a folio
@@ -191,7 +191,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	folio_unlock(&r->folios[fi]);
 	/*
 	 * Otherwise, whatever happened, wake: a thread whose page is still missing faults again and
-	 * comes back. (A UFFDIO_WAKE is a system call of its own, ~1-2 us here, on every fault.) In
+	 * comes back. (A UFFDIO_WAKE is a system call of its own, on every fault.) In
 	 * SIGBUS mode nobody waits in the kernel: the faulting thread retries when it returns.
 	 */
 	if (!woken && !m->sigbus)

@@ -87,9 +87,8 @@ static void mm_fork_prepare(struct uswap_mm *m)
 			 * in one round of I/O instead of one read after another); up to a folio the child does
 			 * not get. They come in as written (copies dropped, mapped writable): after fork they
 			 * are shared with the child, and the reclaimer cannot move one before it has broken
-			 * that sharing with a write, which drops a kept copy anyway (0 of 3,144 pages evicted
-			 * after a fork in test_mm_fork_idle went without a store when they kept them); kept,
-			 * the copies only held swap space, and pool memory inside the limit, until then.
+			 * that sharing with a write, which drops a kept copy anyway; kept, the copies would
+			 * only hold swap space, and pool memory inside the limit, until then.
 			 */
 			for (f = fi; f < r->nr_folios && (f - fi) << r->folio_shift < SWAPIN_RUN_MAX; f++) {
 				uint32_t g = atomic_load(&r->folios[f]);

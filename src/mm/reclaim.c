@@ -43,8 +43,8 @@
 
 /*
  * Every change that takes a page away from the program's range or from a shadow range costs a TLB
- * flush, and a flush is an IPI to each CPU running the program: ~16 us here when the other vCPU is
- * busy, against well under 1 us per page when many pages share one flush. So reclaim moves runs of
+ * flush, and a flush is an IPI to each CPU running the program: tens of times a page's share of one
+ * flush that many pages share (docs/results.md#reclaim). So reclaim moves runs of
  * present pages across folios with one UFFDIO_MOVE each (the kernel flushes once per call; a run
  * ends at a swapped or untouched page, see uffd_move()) and releases the shadow pages of a batch of
  * evicted folios with one process_madvise().
@@ -87,7 +87,7 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  * A program that has not pushed anything below the pool yet is not idle below it for long. The capacity goes to the pool at once; what it holds beyond goes down by writeback.
  */
 #define BALANCE_MS       100
-#define FAULT_ROUND_NS   10000 /* a swap-in's fault round trip besides the load (docs/results.md) */
+#define FAULT_ROUND_NS   10000 /* a fault's round trip besides the load (docs/results.md#fault-floor) */
 #define POOL_SHARE_STEP  16    /* budget / 16 */
 #define IDLE_TURNS       10
 
@@ -436,9 +436,9 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
  * makes them ours again. MADV_POPULATE_WRITE does that without changing a byte, and fails harmlessly
  * on an unmapped range. The write protection of clean pages is lifted first (their copies dropped,
  * as a write would): in SIGBUS mode a protected page fails the call with EFAULT (after a fork the
- * hands then met the same shared folios round after round: 20K failed calls in test_mm_fork, its
- * writes 5-17 s instead of 0.1), and in handler mode each one was a WP fault for a handler, which
- * then went into direct reclaim while this thread waited (writes 0.55-1.3 s, 0.06-0.4 s now).
+ * hands would meet the same shared folios round after round), and in handler mode each one would be
+ * a WP fault for a handler, which then goes into direct reclaim while this thread waits
+ * (docs/results.md#2026-12-07-breaking-fork-sharing).
  * Context: the reclaimer thread only, no lock held: it may fault, and a handler must be free to
  * answer, so a handler in direct reclaim never does it.
  */

@@ -4,8 +4,8 @@
  * With UFFD_FEATURE_SIGBUS the kernel does not queue a fault and put the thread to sleep: it sends
  * the thread SIGBUS (BUS_ADRERR, the address in si_addr), and the handler below resolves the fault
  * in that thread, like a handler thread would, then returns and the access is retried. No wake-up
- * of another thread, no sleep: on this machine's vCPUs that is the difference between ~5 us and
- * 13-60 us per fault (docs/mm.md). The price: an access the kernel makes on the program's behalf
+ * of another thread, no sleep: the cheapest way to serve a fault on this machine's vCPUs
+ * (docs/results.md#fault-floor). The price: an access the kernel makes on the program's behalf
  * (read(2) into a missing page, a futex word) cannot be served and fails with EFAULT.
  *
  * Which fault it was comes from the page-fault error code the kernel leaves in the signal frame

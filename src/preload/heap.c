@@ -253,9 +253,9 @@ void *malloc(size_t n)
 /*
  * Zero a big block without writing its whole pages: they are dropped (they read as zero and cost
  * nothing until touched), only the partial pages at its ends are written. mimalloc does not know
- * that memory a freed block gave back (discard_block()) is zero, and would write every page of it:
- * a program calloc()ing and freeing 512 MB six times, touching a page per MiB, took 9.3 s and 700K
- * evictions under 64M, 0.12 s plainly (glibc's calloc gets fresh pages from mmap()).
+ * that memory a freed block gave back (discard_block()) is zero, and would write every page of it,
+ * making it resident and dirty where glibc's calloc gets fresh pages from mmap()
+ * (docs/results.md#2026-12-06-realloc-growth-and-calloc).
  */
 static void *zero_block(void *p, size_t n)
 {
@@ -328,7 +328,7 @@ void *realloc(void *p, size_t n)
 		 * A big block that moves: moved here, so that the old one is dropped as free() drops it.
 		 * One that grows a little gets twice its size: glibc grows its big blocks in place
 		 * (mremap()), and programs that add a little at a time rely on it; the arena's untouched
-		 * pages cost no memory. (256 MB grown 64 KiB at a time: 40 s before, now 1.5 s as plainly.)
+		 * pages cost no memory, and copies are logarithmic (docs/results.md#preload-library).
 		 */
 		if (have >= DISCARD_MIN && n && (n > have || n < have / 2) && !t_internal) {
 			q = malloc(n > have && n - have < have ? 2 * have : n);
