@@ -228,7 +228,24 @@ struct uswap_mm_options {
 	 * it: its preload library turns the program's madvise() calls into uswap_mm_discard().
 	 */
 	unsigned discards_reported;
+	/*
+	 * 1: the limit finds itself. It starts at limit_bytes (a ceiling it never passes; 0: none) and,
+	 * once a second, goes down while the program's threads wait on swap-ins and soft faults for less
+	 * than auto_stall_ppm of the wall time, and up at once when they wait more, never below
+	 * auto_min_bytes. uswap_mm_set_limit() then sets the ceiling.
+	 */
+	unsigned limit_auto;
+	unsigned auto_stall_ppm;       /* target share of the wall time spent waiting (10000 = 1%, the default) */
+	uint64_t auto_min_bytes;       /* floor of the limit (16 MiB) */
 };
+
+/*
+ * uswap_parse_limit() - a limit as a user writes it, into @o's limit fields: "512M", "25%" (of RAM),
+ * "auto[:stall=PCT][:min=SIZE][:max=SIZE]" (a limit that finds itself, see limit_auto), or
+ * "SIZE:auto[:...]" (the same under a ceiling of SIZE).
+ * Return: 0; -EINVAL, uswap_errmsg() names the bad part.
+ */
+int uswap_parse_limit(const char *s, struct uswap_mm_options *o);
 
 /*
  * uswap_mm_check() - whether this process may use memory regions: a userfaultfd that serves
@@ -329,7 +346,11 @@ struct uswap *uswap_mm_swap(struct uswap_mm *m);
 
 struct uswap_mm_stats {
 	uint64_t limit_bytes;    /* 0: none */
+	uint64_t budget_bytes;   /* pool_in_limit: resident pages and pool together (limit_bytes is the pages' share); else limit_bytes */
+	uint64_t limit_auto;     /* 1: the limit finds itself (uswap_mm_options.limit_auto) */
 	uint64_t resident_bytes; /* pages of the regions in memory (mapped + inactive) */
+	uint64_t peak_resident_bytes; /* the most resident_bytes has been */
+	uint64_t stall_ns;       /* time the program's threads waited on swap-ins and soft faults (handler time plus a round trip each) */
 	uint64_t inactive_bytes; /* resident but moved out of the program's view, waiting to go */
 	uint64_t swapped_bytes;  /* pages of the regions held only by the swap layer */
 	uint64_t clean_bytes;    /* resident pages that also keep a valid swap copy */

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -235,6 +236,65 @@ static void python_dict(void)
 			   "print(len(d), h.hexdigest())\n");
 	char *cmd[] = { "/usr/bin/python3", script, "1000000", NULL };
 	same_output("48M", cmd, true);
+}
+
+/*
+ * --limit auto: python3 fills ~120 MB and then works on a small part of it for a few seconds. The
+ * output is the plain run's; the limit came down from the machine's memory to under what the program
+ * held at its peak while it worked on the small part (its history, in the summary, shows it; the
+ * reading of everything at the end may raise it again).
+ */
+static void auto_limit(void)
+{
+	char script[300], plain_out[300], under_out[300], stats[300];
+
+	snprintf(script, sizeof(script), "%s/phases.py", tmpdir);
+	snprintf(plain_out, sizeof(plain_out), "%s/plain.out", tmpdir);
+	snprintf(under_out, sizeof(under_out), "%s/under.out", tmpdir);
+	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
+	write_file(script, "import hashlib, time\n"
+			   "cold = [bytearray(b'%d' % i) * 100 for i in range(400000)]\n"
+			   "hot = [bytearray(4096) for _ in range(1000)]\n"
+			   "t0 = time.time()\n"
+			   "while time.time() - t0 < 8:\n"
+			   "    for h in hot:\n"
+			   "        h[7] = (h[7] + 1) % 256\n"
+			   "h = hashlib.sha256()\n"
+			   "for c in cold:\n"
+			   "    h.update(c)\n"
+			   "print(len(cold), h.hexdigest())\n");
+	char *plain[] = { "/usr/bin/python3", script, NULL };
+	char *under[] = { uswap_bin, "run", "--limit", "auto:min=16M", "--stats-json", stats, "--", "/usr/bin/python3", script, NULL };
+	unlink(stats);
+	CHECK_EQ(run(plain, plain_out, NULL), 0);
+	CHECK_EQ(run(under, under_out, NULL), 0);
+
+	size_t la, lb, ls;
+	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb), *js = slurp(stats, &ls);
+	CHECK(a && b && la > 0 && la == lb);
+	if (a && b && la == lb)
+		CHECK_MEM(b, a, la);
+	CHECK(js && strstr(js, "\"limit_auto\":true"));
+	long long peak = json_num(js, "peak_resident_bytes"), lowest = LLONG_MAX;
+	const char *q = js ? strstr(js, "\"limit_history\":{\"step_ms\":") : NULL;
+	size_t samples = 0;
+
+	q = q ? strstr(q, "\"bytes\":[") : NULL;
+	for (q = q ? strchr(q, '[') : NULL; q && *q != ']'; q = strpbrk(q + 1, ",]")) {
+		long long v = atoll(q + 1);
+
+		if (samples++ && v < lowest) /* the first sample is the start, before any look */
+			lowest = v;
+	}
+	if (!(peak > 100ll << 20 && lowest < peak - peak / 50 && samples >= 5))
+		fprintf(stderr, "[%s] peak %lld lowest limit %lld samples %zu: %s\n", check_test, peak, lowest,
+			samples, js ? js : "(no stats)");
+	CHECK(peak > 100ll << 20); /* the program's heap was managed */
+	CHECK(lowest < peak - peak / 50);
+	CHECK(samples >= 5);
+	free(a);
+	free(b);
+	free(js);
 }
 
 /*
@@ -1229,7 +1289,7 @@ static const struct test tests[] = {
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
 	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
-	T(redis_bgsave), T(daemon_child),
+	T(redis_bgsave), T(daemon_child), T(auto_limit),
 };
 
 int main(int argc, char **argv)

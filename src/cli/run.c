@@ -31,9 +31,12 @@
 #include "uswap.h"
 
 static const char run_usage[] =
-	"usage: uswap run [--limit SIZE|N%] [--tiers SPEC] [--folio SIZE] [--fork-child own|plain] [--stats]\n"
+	"usage: uswap run --limit SIZE|N%|auto[...] [--tiers SPEC] [--folio SIZE] [--fork-child own|plain] [--stats]\n"
 	"                 [--stats-json FILE] -- PROGRAM [ARGS...]\n"
-	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required)\n"
+	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required);\n"
+	"                     auto[:stall=PCT][:min=SIZE][:max=SIZE] finds it: lowered while the program\n"
+	"                     waits on swap-ins for less than PCT of its time (1%), raised when more;\n"
+	"                     SIZE:auto[:...] does so under a ceiling of SIZE\n"
 	"  --tiers SPEC       tier stack (default: same, a compressed pool sharing the limit, from an\n"
 	"                     eighth to half of it, an unnamed swap file); see uswap(1)\n"
 	"  --folio SIZE       unit of eviction and swap-in, 4K..2M, a power of two (default 4K)\n"
@@ -326,8 +329,9 @@ int cmd_run(int argc, char **argv)
 {
 	const char *limit = NULL, *tiers = NULL, *folio = NULL, *stats = NULL, *fork_child = NULL;
 	bool summary = false;
-	uint64_t limit_bytes = 0, folio_bytes = 0;
-	char preload[PATH_MAX], prog[PATH_MAX], num[32];
+	struct uswap_mm_options lo = {0};
+	uint64_t folio_bytes = 0;
+	char preload[PATH_MAX], prog[PATH_MAX], num[128];
 	int i;
 
 	for (i = 1; i < argc; i++) {
@@ -367,8 +371,10 @@ int cmd_run(int argc, char **argv)
 		return cli_usage_error("run: no PROGRAM to run\n%s", run_usage);
 	if (!limit)
 		return cli_usage_error("run: --limit is required (e.g. --limit 512M or --limit 25%%)");
-	if (uswap_parse_size(limit, 1, &limit_bytes) || limit_bytes < (4u << 20))
-		return cli_usage_error("run: --limit \"%s\" is not a size of 4M or more (512M, 2G, 25%%)", limit);
+	if (uswap_parse_limit(limit, &lo))
+		return cli_usage_error("run: --limit: %s", uswap_errmsg());
+	if ((lo.limit_bytes && lo.limit_bytes < (4u << 20)) || (lo.auto_min_bytes && lo.auto_min_bytes < (4u << 20)))
+		return cli_usage_error("run: --limit \"%s\": a limit of 4M or more", limit);
 	if (folio && (uswap_parse_size(folio, 0, &folio_bytes) || folio_bytes < 4096 || folio_bytes > (2u << 20) ||
 		      (folio_bytes & (folio_bytes - 1))))
 		return cli_usage_error("run: --folio \"%s\" is not a power of two from 4K to 2M", folio);
@@ -398,7 +404,7 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	}
 
-	snprintf(num, sizeof(num), "%llu", (unsigned long long)limit_bytes);
+	snprintf(num, sizeof(num), "%s", limit);
 	setenv("USWAP_LIMIT", num, 1);
 	/* Without --tiers the preload asks the library for the default stack, the pool inside the limit. */
 	if (tiers)

@@ -39,6 +39,38 @@ static double mib(uint64_t b)
 	return (double)b / 1048576.0;
 }
 
+/* The limit's history as one line of marks, low to high (UTF-8 blocks where the locale takes them). */
+static void print_hist(FILE *f, const struct live_hist *h)
+{
+	static const char *blocks[] = { "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588" };
+	static const char ascii[] = "_.-~=+*#";
+	const char *lang = getenv("LC_ALL");
+	uint64_t lo = UINT64_MAX, hi = 0;
+	bool utf8;
+
+	if (!lang || !*lang)
+		lang = getenv("LC_CTYPE");
+	if (!lang || !*lang)
+		lang = getenv("LANG");
+	utf8 = lang && (strstr(lang, "UTF-8") || strstr(lang, "utf8"));
+	for (uint32_t i = 1; i < h->n && i < LIVE_HIST; i++) { /* sample 0: before the first look */
+		lo = h->limit[i] < lo ? h->limit[i] : lo;
+		hi = h->limit[i] > hi ? h->limit[i] : hi;
+	}
+	if (h->n < 2)
+		return;
+	fprintf(f, "  limit over the run (a mark every %.0f s, %.1f to %.1f MiB): ", h->step_ms / 1000.0, mib(lo), mib(hi));
+	for (uint32_t i = 1; i < h->n && i < LIVE_HIST; i++) {
+		unsigned k = hi > lo ? (unsigned)((h->limit[i] - lo) * 7 / (hi - lo)) : 3;
+
+		if (utf8)
+			fputs(blocks[k], f);
+		else
+			fputc(ascii[k], f);
+	}
+	fputc('\n', f);
+}
+
 void live_print_text(FILE *f, const struct live_stats *l)
 {
 	const struct uswap_mm_stats *m = &l->mm;
@@ -71,6 +103,14 @@ void live_print_text(FILE *f, const struct live_stats *l)
 		       (unsigned long long)ts->errors);
 	}
 	fprintf(f, "  metadata: swap layer %.2f MiB, mm %.2f MiB\n", mib(s->meta_bytes), mib(m->meta_bytes));
+	if (m->limit_auto) {
+		double run_s = l->updated_ns > l->started_ns ? (double)(l->updated_ns - l->started_ns) / 1e9 : 0;
+
+		fprintf(f, "  limit auto: %.1f MiB now, peak resident %.1f MiB, waited %.2f s on swap-ins (%.2f%% of %.0f s)\n",
+			mib(l->budget_bytes ? l->budget_bytes : m->limit_bytes), mib(m->peak_resident_bytes),
+			(double)m->stall_ns / 1e9, run_s > 0 ? (double)m->stall_ns / 1e9 / run_s * 100 : 0, run_s);
+		print_hist(f, &l->hist);
+	}
 }
 
 /* live_read() - a consistent copy of the statistics of @pid. Return: 0; -ENOENT none; -EAGAIN busy. */

@@ -119,6 +119,8 @@ static void after_fault(struct uswap_mm *m)
 {
 	uint64_t res = atomic_load(&m->resident);
 
+	if (res > atomic_load_explicit(&m->peak_resident, memory_order_relaxed))
+		atomic_store_explicit(&m->peak_resident, res, memory_order_relaxed); /* a close bound */
 	if (res <= atomic_load(&m->high_pages))
 		return;
 	reclaim_kick(m);
@@ -143,7 +145,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 {
 	uint64_t t0 = mono_ns();
 	struct mm_region *r;
-	bool swapin = false, woken = false;
+	bool swapin = false, soft = false, woken = false;
 	size_t fi, first, end;
 	int ret = 0;
 
@@ -180,6 +182,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 		folio_summarize(m, r, fi);
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
+		soft = pg_kind(r->pages[region_page(r, addr)]) == PG_SHADOW; /* inactive: back without a load */
 		if (swapin_around(m, r, fi))
 			ret = 0;
 		else /* without neighbours, or when filling them failed (pages of a vma we cannot fill) */
@@ -196,8 +199,14 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	 */
 	if (!woken && !m->sigbus)
 		uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
-	if (swapin)
-		hist_add(&m->swapin_hist, mono_ns() - t0);
+	if (swapin || soft) {
+		uint64_t ns = mono_ns() - t0;
+
+		if (swapin)
+			hist_add(&m->swapin_hist, ns);
+		/* what the program waited because of the limit (limit_auto reads it) */
+		atomic_fetch_add_explicit(&m->c.stall_ns, ns + MM_FAULT_ROUND_NS, memory_order_relaxed);
+	}
 	/* The program goes on with its page while the next ones come in. */
 	if (swapin && !ret)
 		swapin_readahead(m, stage, r, fi);

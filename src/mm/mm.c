@@ -6,6 +6,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -97,6 +99,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	struct uswap_options so = {0};
 	char def_tiers[USWAP_TIERS_LEN];
 	struct uswap_mm *m;
+	uint64_t limit;
 	unsigned ncpu;
 	unsigned fa = o && o->fault_around_pages ? o->fault_around_pages : DEFAULT_FAULT_AROUND;
 	unsigned shift = 0;
@@ -128,10 +131,20 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	pthread_mutex_init(&m->ev_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);
-	reclaim_set_limit(m, mm_pages(o ? o->limit_bytes : 0), inactive_pct_of(o));
+	limit = o ? o->limit_bytes : 0;
+	m->limit_auto = o && o->limit_auto;
+	if (m->limit_auto) {
+		/* From the ceiling, or from all of the machine's memory, down to what the program needs. */
+		atomic_store(&m->auto_max_bytes, limit);
+		m->auto_stall_ppm = o->auto_stall_ppm ? o->auto_stall_ppm : AUTO_STALL_PPM;
+		m->auto_min_bytes = o->auto_min_bytes ? o->auto_min_bytes : AUTO_MIN_BYTES;
+		if (!limit)
+			limit = (uint64_t)sysconf(_SC_PHYS_PAGES) * MM_PAGE;
+	}
+	reclaim_set_limit(m, mm_pages(limit), inactive_pct_of(o));
 	m->pool_in_limit = o && o->pool_in_limit;
 	if (m->pool_in_limit)
-		atomic_store(&m->budget_pages, mm_pages(o->limit_bytes));
+		atomic_store(&m->budget_pages, mm_pages(limit));
 
 	m->sigbus = o && o->sigbus_mode;
 	m->discards_reported = o && o->discards_reported;
@@ -451,16 +464,77 @@ int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)
 	return ret ? err_set(ret, "could not bring every page back: %s", strerror(-ret)) : 0;
 }
 
+/* "1%", "0.5%": parts per million, 100 (0.01%) to 500000 (50%). Return: 0 or -EINVAL. */
+static int parse_ppm(const char *s, unsigned *ppm)
+{
+	char *end;
+	double v = strtod(s, &end);
+
+	if (end == s || strcmp(end, "%") || !(v >= 0.01 && v <= 50))
+		return -EINVAL;
+	*ppm = (unsigned)(v * 10000 + 0.5);
+	return 0;
+}
+
+int uswap_parse_limit(const char *s, struct uswap_mm_options *o)
+{
+	char buf[128], *save = NULL, *tok;
+	bool first = true;
+
+	err_clear();
+	if (!s || strlen(s) >= sizeof(buf))
+		return err_set(-EINVAL, "limit \"%s\": not a size, a percentage or auto", s ? s : "");
+	snprintf(buf, sizeof(buf), "%s", s);
+	o->limit_bytes = 0;
+	o->limit_auto = 0;
+	for (tok = strtok_r(buf, ":", &save); tok; tok = strtok_r(NULL, ":", &save), first = false) {
+		char *eq = strchr(tok, '=');
+		uint64_t v;
+
+		if (!strcmp(tok, "auto") && !o->limit_auto) {
+			o->limit_auto = 1;
+		} else if (first && !eq) {
+			if (uswap_parse_size(tok, 1, &v) || !v)
+				return err_set(-EINVAL, "limit \"%s\": \"%s\" is not a size (512M, 2G, 25%%) or auto", s,
+					       tok);
+			o->limit_bytes = v;
+		} else if (o->limit_auto && eq && !strncmp(tok, "stall=", 6)) {
+			if (parse_ppm(eq + 1, &o->auto_stall_ppm))
+				return err_set(-EINVAL, "limit \"%s\": stall \"%s\" is not a percentage 0.01%%..50%%", s,
+					       eq + 1);
+		} else if (o->limit_auto && eq && (!strncmp(tok, "min=", 4) || !strncmp(tok, "max=", 4))) {
+			if (uswap_parse_size(eq + 1, 1, &v) || !v)
+				return err_set(-EINVAL, "limit \"%s\": %.3s \"%s\" is not a size", s, tok, eq + 1);
+			if (tok[1] == 'i')
+				o->auto_min_bytes = v;
+			else if (!o->limit_bytes || v < o->limit_bytes)
+				o->limit_bytes = v;
+		} else {
+			return err_set(-EINVAL,
+				       "limit \"%s\": unexpected \"%s\" (SIZE, N%%, auto[:stall=PCT][:min=SIZE][:max=SIZE], "
+				       "SIZE:auto[:...])",
+				       s, tok);
+		}
+	}
+	if (!o->limit_bytes && !o->limit_auto)
+		return err_set(-EINVAL, "limit \"%s\": empty", s);
+	if (o->limit_auto && o->auto_min_bytes && o->limit_bytes && o->auto_min_bytes > o->limit_bytes)
+		return err_set(-EINVAL, "limit \"%s\": min is above the ceiling", s);
+	return 0;
+}
+
 int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
-	reclaim_set_limit(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
-	if (m->pool_in_limit) {
-		atomic_store(&m->budget_pages, mm_pages(limit_bytes));
-		reclaim_budget_init(m);
-		reclaim_budget_apply(m);
+	if (m->limit_auto) {
+		uint64_t cur = (m->pool_in_limit ? atomic_load(&m->budget_pages) : atomic_load(&m->limit_pages)) *
+			       MM_PAGE;
+
+		/* The ceiling; the limit comes under it at once and finds itself below. */
+		atomic_store(&m->auto_max_bytes, limit_bytes);
+		if (!limit_bytes || cur <= limit_bytes)
+			return 0;
 	}
-	if (atomic_load(&m->resident) > atomic_load(&m->high_pages))
-		reclaim_kick(m);
+	reclaim_limit(m, limit_bytes);
 	return 0;
 }
 
@@ -512,7 +586,13 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	pthread_rwlock_unlock(&m->tbl_lock);
 	st->region_bytes = bytes;
 	st->limit_bytes = atomic_load(&m->limit_pages) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit_pages) * MM_PAGE;
+	st->budget_bytes = m->pool_in_limit ? atomic_load(&m->budget_pages) * MM_PAGE : st->limit_bytes;
+	st->limit_auto = m->limit_auto;
 	st->resident_bytes = atomic_load(&m->resident) * MM_PAGE;
+	st->peak_resident_bytes = atomic_load(&m->peak_resident) * MM_PAGE;
+	if (st->peak_resident_bytes < st->resident_bytes)
+		st->peak_resident_bytes = st->resident_bytes;
+	st->stall_ns = atomic_load(&c->stall_ns);
 	st->inactive_bytes = atomic_load(&m->inactive) * MM_PAGE;
 	st->swapped_bytes = atomic_load(&m->swapped) * MM_PAGE;
 	st->clean_bytes = atomic_load(&m->clean) * MM_PAGE;

@@ -164,10 +164,17 @@ struct mm_handler {
 	bool started;
 };
 
+/* A fault's round trip besides the handler's work: what a waiting thread pays on top (docs/results.md#fault-floor). */
+/* limit_auto's defaults: the share of wall time a program may wait (1%), the lowest limit. */
+#define AUTO_STALL_PPM 10000
+#define AUTO_MIN_BYTES (16ull << 20)
+#define MM_FAULT_ROUND_NS 10000
+
 struct mm_counters {
 	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults, evictions, evicted_pages,
 		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
-		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults, reclaim_ns, store_ns;
+		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults, reclaim_ns, store_ns,
+		stall_ns;
 };
 
 /* A range of addresses [start, end). */
@@ -225,6 +232,13 @@ struct uswap_mm {
 	bool reclaimer_started;
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
+	_Atomic uint64_t peak_resident; /* pages */
+	/* limit_auto (reclaim.c's auto_tick(), the reclaimer's alone): bounds, target, last look */
+	bool limit_auto;
+	unsigned auto_stall_ppm, auto_hold;
+	uint64_t auto_avg_ppm;
+	_Atomic uint64_t auto_max_bytes; /* the ceiling (uswap_mm_set_limit()) */
+	uint64_t auto_min_bytes, auto_next_ms, auto_prev_ms, auto_prev_stall;
 	_Atomic uintptr_t ra_next; /* where a sequential run of swap-ins would fault next */
 	_Atomic unsigned ra_pages; /* swap-in readahead window, pages (0: off) */
 #define FT_STREAMS 8
@@ -372,6 +386,8 @@ size_t demote_front(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t w
 /* reclaim.c */
 /* The limit and its watermarks, in pages (0: no limit). */
 void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inactive_pct);
+/* Set the limit (with pool_in_limit, the budget) to @limit_bytes; wake the reclaimer if over it. */
+void reclaim_limit(struct uswap_mm *m, uint64_t limit_bytes);
 /*
  * pool_in_limit: set the resident limit to what the swap layer's memory (the compressed pool) leaves
  * of the budget, never less than half of it. Return: true if the limit changed.

@@ -87,7 +87,6 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  * A program that has not pushed anything below the pool yet is not idle below it for long. The capacity goes to the pool at once; what it holds beyond goes down by writeback.
  */
 #define BALANCE_MS       100
-#define FAULT_ROUND_NS   10000 /* a fault's round trip besides the load (docs/results.md#fault-floor) */
 #define POOL_SHARE_STEP  16    /* budget / 16 */
 #define IDLE_TURNS       10
 
@@ -126,8 +125,8 @@ static void pool_balance(struct uswap_mm *m, uint64_t budget)
 			deep_loads += st.tier[t].loads;
 		}
 	}
-	d_mem = mem_ns - m->bal_mem_ns + (mem_loads - m->bal_mem_loads) * FAULT_ROUND_NS;
-	d_deep = deep_ns - m->bal_deep_ns + (deep_loads - m->bal_deep_loads) * FAULT_ROUND_NS;
+	d_mem = mem_ns - m->bal_mem_ns + (mem_loads - m->bal_mem_loads) * MM_FAULT_ROUND_NS;
+	d_deep = deep_ns - m->bal_deep_ns + (deep_loads - m->bal_deep_loads) * MM_FAULT_ROUND_NS;
 	m->bal_mem_ns = mem_ns;
 	m->bal_mem_loads = mem_loads;
 	m->bal_deep_ns = deep_ns;
@@ -160,6 +159,90 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 		return false;
 	reclaim_set_limit(m, limit_pages, atomic_load(&m->inactive_pct));
 	return true;
+}
+
+void reclaim_limit(struct uswap_mm *m, uint64_t limit_bytes)
+{
+	reclaim_set_limit(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
+	if (m->pool_in_limit) {
+		atomic_store(&m->budget_pages, mm_pages(limit_bytes));
+		reclaim_budget_init(m);
+		reclaim_budget_apply(m);
+	}
+	if (atomic_load(&m->resident) > atomic_load(&m->high_pages))
+		reclaim_kick(m);
+}
+
+/*
+ * A limit that finds itself (limit_auto), looked at every AUTO_PERIOD_MS by the reclaimer: the time
+ * the program's threads waited on swap-ins and soft faults (stall_ns) against the wall time, averaged
+ * over the last looks (each look weighs half). Under half the target share the limit comes down to
+ * what the program uses (resident pages, and the pool with pool_in_limit) and below it, by up to
+ * AUTO_LOWER_PERMILLE a look, less the nearer the stall is to the target; over the target it goes up
+ * at once, by AUTO_RAISE_PERMILLE per multiple of the target (at most AUTO_RAISE_MAX), and stays for
+ * AUTO_HOLD looks; in between it stays. A slow descent and a quick, measured retreat, as Senpai does
+ * with the kernel's pressure stall figures: the program seldom waits long, and the limit does not
+ * swing.
+ */
+#define AUTO_PERIOD_MS      1000
+#define AUTO_LOWER_PERMILLE 20
+#define AUTO_RAISE_PERMILLE 20
+#define AUTO_RAISE_MAX      200
+#define AUTO_HOLD           5
+
+/* The limit as limit_auto moves it: the budget with pool_in_limit, else the resident limit. */
+static uint64_t auto_current(struct uswap_mm *m)
+{
+	return (m->pool_in_limit ? atomic_load(&m->budget_pages) : atomic_load(&m->limit_pages)) * MM_PAGE;
+}
+
+static void auto_tick(struct uswap_mm *m)
+{
+	uint64_t now = mono_ms(), stall = atomic_load(&m->c.stall_ns), share, cur, use, next, permille;
+	uint64_t max = atomic_load(&m->auto_max_bytes), target = m->auto_stall_ppm;
+
+	if (now < m->auto_next_ms)
+		return;
+	m->auto_next_ms = now + AUTO_PERIOD_MS;
+	if (!m->auto_prev_ms || now <= m->auto_prev_ms) {
+		m->auto_prev_ms = now;
+		m->auto_prev_stall = stall;
+		return;
+	}
+	share = (stall - m->auto_prev_stall) / (now - m->auto_prev_ms); /* ns waited per ms: ppm */
+	share = m->auto_avg_ppm = (m->auto_avg_ppm + share) / 2;
+	m->auto_prev_ms = now;
+	m->auto_prev_stall = stall;
+	cur = auto_current(m);
+	use = atomic_load(&m->resident) * MM_PAGE + (m->pool_in_limit && m->swap ? uswap_mem_bytes(m->swap) : 0);
+	if (share > target) {
+		/* never past what would hold every page the program has (beyond, nothing more comes back) */
+		uint64_t all = (atomic_load(&m->resident) + atomic_load(&m->swapped)) * MM_PAGE;
+
+		permille = AUTO_RAISE_PERMILLE * (share / target);
+		next = cur + cur / 1000 * (permille < AUTO_RAISE_MAX ? permille : AUTO_RAISE_MAX);
+		if (next > all + all / 32)
+			next = all + all / 32;
+		if (next > cur)
+			m->auto_hold = AUTO_HOLD;
+	} else if (m->auto_hold || share > target / 2) {
+		m->auto_hold -= m->auto_hold > 0;
+		return;
+	} else {
+		uint64_t base = use + use / 32 < cur ? use + use / 32 : cur;
+
+		permille = AUTO_LOWER_PERMILLE * (target - 2 * share) / target;
+		next = base - base / 1000 * permille;
+	}
+	if (!max)
+		max = (uint64_t)sysconf(_SC_PHYS_PAGES) * MM_PAGE;
+	if (next > max)
+		next = max;
+	if (next < m->auto_min_bytes)
+		next = m->auto_min_bytes;
+	next &= ~(uint64_t)(MM_PAGE - 1);
+	if (next != cur)
+		reclaim_limit(m, next);
 }
 
 /* ---- the hands ---- */
@@ -574,9 +657,22 @@ static void *reclaimer_main(void *arg)
 	while (!m->stopping) {
 		size_t freed;
 
+		if (m->limit_auto) {
+			pthread_mutex_unlock(&m->kick_lock);
+			auto_tick(m);
+			pthread_mutex_lock(&m->kick_lock);
+		}
 		atomic_store(&m->reclaim_sleeping, true);
 		if (atomic_load(&m->forking) || atomic_load(&m->resident) <= atomic_load(&m->high_pages)) {
-			pthread_cond_wait(&m->kick, &m->kick_lock);
+			if (m->limit_auto) { /* the next look at the stall */
+				struct timespec ts;
+
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_sec += AUTO_PERIOD_MS / 1000;
+				pthread_cond_timedwait(&m->kick, &m->kick_lock, &ts);
+			} else {
+				pthread_cond_wait(&m->kick, &m->kick_lock);
+			}
 			atomic_store(&m->reclaim_sleeping, false);
 			continue;
 		}

@@ -65,7 +65,7 @@ static int32_t g_run_pid;          /* USWAP_RUN: the `uswap run` that collects o
 static pthread_t g_live_thread;
 static char g_stats_json[4096];
 static char g_tiers[256];
-static uint64_t g_budget; /* USWAP_POOL_IN_LIMIT: the limit covers the pool too */
+static bool g_budget; /* the limit covers the pool too (USWAP_POOL_IN_LIMIT, the default tiers) */
 
 void *sys_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
@@ -87,6 +87,9 @@ static void live_update(void)
 	__sync_synchronize(); /* seqlock: the reader is another process */
 	g_live->mm = ms;
 	g_live->swap = ss;
+	g_live->budget_bytes = g_budget ? ms.budget_bytes : 0;
+	live_hist_add(&g_live->hist, (wall_ns() - g_live->started_ns) / 1000000,
+		      ms.budget_bytes ? ms.budget_bytes : ms.limit_bytes);
 	g_live->updated_ns = wall_ns();
 	__sync_synchronize(); /* seqlock: the reader is another process */
 	g_live->seq++;
@@ -134,7 +137,6 @@ static void live_start(void)
 	prctl(PR_GET_NAME, g_live->comm);
 	g_live->started_ns = wall_ns();
 	snprintf(g_live->tiers, sizeof(g_live->tiers), "%s", g_tiers);
-	g_live->budget_bytes = g_budget;
 	live_update();
 	if (thread_start(&g_live_thread, "uswap-live", live_main, NULL) == 0)
 		pthread_detach(g_live_thread);
@@ -153,8 +155,10 @@ static void write_stats_json(void)
 		return;
 	}
 	snprintf(l.tiers, sizeof(l.tiers), "%s", g_tiers);
-	l.budget_bytes = g_budget;
 	uswap_mm_stats(g_mm, &l.mm);
+	l.budget_bytes = g_budget ? l.mm.budget_bytes : 0;
+	if (g_live)
+		l.hist = g_live->hist;
 	uswap_stats(uswap_mm_swap(g_mm), &l.swap);
 	live_print_json(f, &l, NULL, 0);
 	fclose(f);
@@ -273,7 +277,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	real_pthread_create = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
 	t_internal = 1;
 	g_pid = getpid();
-	if (uswap_parse_size(lim, 1, &o.limit_bytes) || !o.limit_bytes)
+	if (uswap_parse_limit(lim, &o))
 		fail("USWAP_LIMIT", -EINVAL);
 	/* The default stack puts the pool inside the limit; USWAP_POOL_IN_LIMIT says otherwise. */
 	s = getenv("USWAP_TIERS");
@@ -285,7 +289,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 	o.pool_in_limit = !(s && *s);
 	if ((s = getenv("USWAP_POOL_IN_LIMIT")) && *s)
 		o.pool_in_limit = atoi(s) != 0;
-	g_budget = o.pool_in_limit ? o.limit_bytes : 0;
+	g_budget = o.pool_in_limit; /* the budget itself moves under limit_auto: read from the statistics */
 	if ((s = getenv("USWAP_FOLIO")) && *s) {
 		if (uswap_parse_size(s, 0, &v))
 			fail("USWAP_FOLIO", -EINVAL);

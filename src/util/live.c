@@ -23,6 +23,23 @@ static void print_str(FILE *f, const char *s, size_t max)
 	fputc('"', f);
 }
 
+void live_hist_add(struct live_hist *h, uint64_t ms, uint64_t limit)
+{
+	if (!h->step_ms)
+		h->step_ms = 1000;
+	if (ms < (uint64_t)h->n * h->step_ms)
+		return;
+	if (h->n == LIVE_HIST) {
+		for (uint32_t i = 0; i < LIVE_HIST / 2; i++)
+			h->limit[i] = h->limit[2 * i];
+		h->n = LIVE_HIST / 2;
+		h->step_ms *= 2;
+		if (ms < (uint64_t)h->n * h->step_ms)
+			return;
+	}
+	h->limit[h->n++] = limit;
+}
+
 static void print_one(FILE *f, const struct live_stats *l)
 {
 	const struct uswap_mm_stats *m = &l->mm;
@@ -34,6 +51,13 @@ static void print_one(FILE *f, const struct live_stats *l)
 	print_str(f, l->tiers, sizeof(l->tiers));
 	fprintf(f, ",\"budget_bytes\":%llu,\"pool_share_bytes\":%llu", (unsigned long long)l->budget_bytes,
 		(unsigned long long)m->pool_share_bytes);
+	fprintf(f, ",\"limit_auto\":%s,\"peak_resident_bytes\":%llu,\"stall_ms\":%llu,\"limit_history\":{\"step_ms\":%u,"
+		   "\"bytes\":[",
+		m->limit_auto ? "true" : "false", (unsigned long long)m->peak_resident_bytes,
+		(unsigned long long)(m->stall_ns / 1000000), l->hist.step_ms ? l->hist.step_ms : 1000);
+	for (uint32_t i = 0; i < l->hist.n && i < LIVE_HIST; i++)
+		fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)l->hist.limit[i]);
+	fprintf(f, "]}");
 	fprintf(f, ",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
 	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
 	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"

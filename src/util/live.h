@@ -11,9 +11,23 @@
 
 #include "uswap.h"
 
-#define LIVE_MAGIC 0x7573776170737433ull /* "uswapst3" */
+#define LIVE_MAGIC 0x7573776170737434ull /* "uswapst4" */
 #define LIVE_PERIOD_MS 500
 #define LIVE_PATH_FMT "/dev/shm/uswap.%d"
+#define LIVE_HIST 120 /* samples of the limit's history */
+
+/*
+ * The limit over the run (it moves under --limit auto): sample i was taken i * step_ms after the
+ * start. When the samples fill up, every other one goes and the step doubles, so the history always
+ * spans the whole run.
+ */
+struct live_hist {
+	uint32_t n, step_ms;
+	uint64_t limit[LIVE_HIST]; /* budget_bytes, or limit_bytes without a budget */
+};
+
+/* live_hist_add() - record @limit at @ms after the start (ignored until the next sample is due). */
+void live_hist_add(struct live_hist *h, uint64_t ms, uint64_t limit);
 
 struct live_stats {
 	uint64_t magic;
@@ -28,6 +42,7 @@ struct live_stats {
 	uint64_t budget_bytes; /* resident pages and pool within it (mm.limit_bytes: their share); 0: none */
 	struct uswap_mm_stats mm;
 	struct uswap_stats swap;
+	struct live_hist hist;
 };
 
 /*

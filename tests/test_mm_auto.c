@@ -1,0 +1,174 @@
+/*
+ * test_mm_auto.c - a limit that finds itself (uswap_mm_options.limit_auto): it comes down while the
+ * program does not wait on swap-ins, goes back up when it does, keeps to its floor and ceiling, and
+ * loses no page on the way; and the limit strings a user writes.
+ */
+#include <errno.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "util/csum.h"
+#include "uswap.h"
+
+#define PS  4096ul
+#define MiB (1024ul * 1024)
+#define TIERS "same,zpool:lz4:max=64M,file:size=256M"
+
+static struct uswap_mm *auto_new(uint64_t ceiling, uint64_t floor)
+{
+	struct uswap_mm_options o = {.limit_bytes = ceiling, .tiers = TIERS, .limit_auto = 1, .auto_min_bytes = floor};
+	struct uswap_mm *m = NULL;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	return m;
+}
+
+static uint64_t limit_now(struct uswap_mm *m)
+{
+	struct uswap_mm_stats st;
+
+	uswap_mm_stats(m, &st);
+	return st.budget_bytes;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void fill(unsigned char *p, size_t n, uint32_t *sums)
+{
+	for (size_t i = 0; i < n; i++) {
+		fill_page(p + i * PS, PK_MIXED, seed_for(i));
+		sums[i] = csum_buf(p + i * PS, PS);
+	}
+}
+
+static size_t bad_pages(const unsigned char *p, size_t n, const uint32_t *sums)
+{
+	size_t bad = 0;
+
+	for (size_t i = 0; i < n; i++)
+		bad += csum_buf(p + i * PS, PS) != sums[i];
+	return bad;
+}
+
+/*
+ * 64 MiB written once, then a 2 MiB hot set touched for a few seconds: nothing waits, so the limit
+ * leaves its 256 MiB ceiling for what the program uses and goes on down, not under the floor.
+ */
+static void test_auto_descends(void)
+{
+	const size_t n = 64 * MiB / PS, hot = 2 * MiB / PS;
+	struct uswap_mm *m = auto_new(256 * MiB, 24 * MiB);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct uswap_mm_stats st;
+	unsigned char *p;
+	double t0;
+
+	if (!m)
+		return;
+	CHECK_EQ(limit_now(m), 256 * MiB);
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	fill(p, n, sums);
+	for (t0 = now_s(); now_s() - t0 < 6;)
+		for (size_t i = 0; i < hot; i++)
+			p[i * PS + 8]++, p[i * PS + 8]--;
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.limit_auto, 1);
+	CHECK(st.budget_bytes < 64 * MiB); /* came down to the use (64 MiB and a little), then under it */
+	CHECK(st.budget_bytes >= 24 * MiB);
+	CHECK(st.peak_resident_bytes >= 60 * MiB);
+	if (st.budget_bytes >= 64 * MiB)
+		fprintf(stderr, "limit %llu MiB after 6 s\n", (unsigned long long)(st.budget_bytes / MiB));
+	CHECK_EQ(bad_pages(p, n, sums), 0);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+/*
+ * The same 64 MiB under a limit set to 16 MiB, then touched round and round: the program waits on
+ * nearly every touch, and the limit goes back up (never past its ceiling) within a few seconds.
+ */
+static void test_auto_rises(void)
+{
+	const size_t n = 64 * MiB / PS;
+	struct uswap_mm *m = auto_new(96 * MiB, 16 * MiB);
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct uswap_mm_stats st;
+	unsigned char *p;
+	uint64_t low;
+	double t0;
+
+	if (!m)
+		return;
+	CHECK_EQ(uswap_mm_set_limit(m, 16 * MiB), 0); /* the ceiling, and the limit under it */
+	CHECK_EQ(uswap_mm_set_limit(m, 96 * MiB), 0); /* a higher ceiling leaves the limit where it is */
+	low = limit_now(m);
+	CHECK_EQ(low, 16 * MiB);
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	fill(p, n, sums);
+	for (t0 = now_s(); now_s() - t0 < 8 && limit_now(m) < 32 * MiB;)
+		for (size_t i = 0; i < n; i++)
+			p[i * PS + 8]++, p[i * PS + 8]--;
+	uswap_mm_stats(m, &st);
+	if (st.budget_bytes < 32 * MiB)
+		fprintf(stderr, "limit %llu MiB, waited %llu ms\n", (unsigned long long)(st.budget_bytes / MiB),
+			(unsigned long long)(st.stall_ns / 1000000));
+	CHECK(st.budget_bytes >= 32 * MiB);
+	CHECK(st.budget_bytes <= 96 * MiB);
+	CHECK(st.stall_ns > 0);
+	CHECK_EQ(bad_pages(p, n, sums), 0);
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	uswap_mm_destroy(m);
+	free(sums);
+}
+
+static void test_parse_limit(void)
+{
+	static const struct {
+		const char *s;
+		uint64_t bytes;
+		unsigned auto_on, ppm;
+		uint64_t min;
+	} good[] = {
+		{ "512M", 512 * MiB, 0, 0, 0 },
+		{ "auto", 0, 1, 0, 0 },
+		{ "auto:stall=0.5%", 0, 1, 5000, 0 },
+		{ "auto:min=64M:max=2G", 2048 * MiB, 1, 0, 64 * MiB },
+		{ "2G:auto", 2048 * MiB, 1, 0, 0 },
+		{ "2G:auto:stall=2%:min=32M", 2048 * MiB, 1, 20000, 32 * MiB },
+		{ "2G:auto:max=1G", 1024 * MiB, 1, 0, 0 },
+	};
+	static const char *bad[] = { "", "auto:stall=90%", "auto:stall=1", "512M:min=4M", "banana", "auto:auto",
+				     "1G:auto:min=2G", "auto:max=", "512M:512M" };
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		struct uswap_mm_options o = {0};
+
+		CHECK_EQ(uswap_parse_limit(good[i].s, &o), 0);
+		CHECK_EQ(o.limit_bytes, good[i].bytes);
+		CHECK_EQ(o.limit_auto, good[i].auto_on);
+		CHECK_EQ(o.auto_stall_ppm, good[i].ppm);
+		CHECK_EQ(o.auto_min_bytes, good[i].min);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct uswap_mm_options o = {0};
+		int ret = uswap_parse_limit(bad[i], &o);
+
+		if (ret != -EINVAL)
+			fprintf(stderr, "\"%s\" gave %d\n", bad[i], ret);
+		CHECK_EQ(ret, -EINVAL);
+		CHECK(strstr(uswap_errmsg(), "limit") != NULL);
+	}
+}
+
+CHECK_MAIN(T(test_parse_limit), T(test_auto_descends), T(test_auto_rises))
