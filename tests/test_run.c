@@ -548,6 +548,48 @@ static void address_space_limits(void)
 	same_output("48M", cmd, false);
 }
 
+/* Build @src (C text) into @bin with cc; false (and the case skipped) without a compiler. */
+static bool build_c(const char *name, const char *src, char *bin, size_t len)
+{
+	char path[300], cc[800];
+
+	snprintf(path, sizeof(path), "%s/%s.c", tmpdir, name);
+	snprintf(bin, len, "%s/%s", tmpdir, name);
+	write_file(path, src);
+	snprintf(cc, sizeof(cc), "cc -O1 -o %s %s 2>&1", bin, path);
+	if (system(cc) != 0) {
+		printf("  (cannot build %s: case skipped)\n", name);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The address space uswap takes for itself under `ulimit -v` (1 GB): a program mallocs and fills
+ * 448 MiB in 16 MiB blocks (960 MiB is possible plainly). Each of uswap's five threads used to get a
+ * glibc arena of its own (a 64 MiB reservation, made by the free() of its start-up block), and the
+ * program got 336 MiB.
+ */
+static void address_space_ours(void)
+{
+	char bin[300], line[800];
+
+	if (!build_c("as448", "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+			      "int main(void) {\n"
+			      "\tfor (int i = 0; i < 28; i++) {\n"
+			      "\t\tchar *p = malloc(16 << 20);\n"
+			      "\t\tif (!p) { printf(\"malloc failed after %d MiB\\n\", 16 * i); return 1; }\n"
+			      "\t\tmemset(p, i, 16 << 20);\n"
+			      "\t}\n"
+			      "\tputs(\"448 MiB\");\n"
+			      "\treturn 0;\n}\n",
+		     bin, sizeof(bin)))
+		return;
+	snprintf(line, sizeof(line), "ulimit -v 1000000 && exec %s", bin);
+	char *cmd[] = { "/bin/sh", "-c", line, NULL };
+	same_output("64M", cmd, true);
+}
+
 /*
  * Programs that treat every descriptor as theirs: python3 closes all of them (os.closerange(): a
  * close_range() call; then close() of each one /proc/self/fd lists, and a dup2() onto each
@@ -1228,7 +1270,7 @@ static const struct test tests[] = {
 	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(address_space_ours), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

@@ -33,6 +33,7 @@
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -801,18 +802,25 @@ int dup3(int old, int new, int flags)
 
 /* ---- threads the library starts carry the mark ---- */
 
+/*
+ * The start routine and its argument are handed over on the creator's stack: a block malloc'd here
+ * and freed in the new thread made glibc give each of our threads an arena of its own at that free
+ * (tcache_init()), a 64 MiB reservation each (5 threads: 320 MiB of address space under `ulimit -v`).
+ */
 struct tramp {
 	void *(*fn)(void *);
 	void *arg;
+	sem_t taken;
 };
 
 static void *tramp_main(void *p)
 {
-	struct tramp t = *(struct tramp *)p;
+	struct tramp *t = p;
+	void *(*fn)(void *) = t->fn, *arg = t->arg;
 
-	__libc_free(p);
 	t_internal = 1;
-	return t.fn(t.arg);
+	sem_post(&t->taken); /* *t is gone from here */
+	return fn(arg);
 }
 
 int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
@@ -822,15 +830,15 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 	real_close = (close_fn)dlsym(RTLD_NEXT, "close");
 	if (!t_internal)
 		return real_pthread_create(th, attr, fn, arg);
-	struct tramp *t = __libc_malloc(sizeof(*t));
+	struct tramp t = { .fn = fn, .arg = arg };
 
-	if (!t)
+	if (sem_init(&t.taken, 0, 0))
 		return EAGAIN;
-	t->fn = fn;
-	t->arg = arg;
-	int ret = real_pthread_create(th, attr, tramp_main, t);
-	if (ret)
-		__libc_free(t);
+	int ret = real_pthread_create(th, attr, tramp_main, &t);
+	if (!ret)
+		while (sem_wait(&t.taken) && errno == EINTR)
+			;
+	sem_destroy(&t.taken);
 	return ret;
 }
 
