@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -310,7 +311,16 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	summarize((int)g_child, stats, summary);
 	if (WIFSIGNALED(st)) {
 		int sig = WTERMSIG(st);
+		struct rlimit no_core = { 0, 0 };
 
+		/*
+		 * Not a core of our own: the program's is the one wanted, and with the default pattern
+		 * ("core" in the current directory) ours, written after it, replaced it. A shell then
+		 * says "Aborted" where it said "Aborted (core dumped)": the kernel sets that bit of our
+		 * wait status only for a core it wrote.
+		 */
+		prctl(PR_SET_DUMPABLE, 0);
+		setrlimit(RLIMIT_CORE, &no_core);
 		signal(sig, SIG_DFL);
 		sigset_t set;
 		sigemptyset(&set);

@@ -842,6 +842,160 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 	return ret;
 }
 
+/* ---- core dumps: swapped pages in first ---- */
+
+/*
+ * The kernel writes a page of a core that is not mapped as zeros, and the instance's handler threads
+ * are killed before it starts: swapped-out and inactive pages would be zeros in the core. So when a
+ * core will be written, the signals whose default action dumps core get a handler (if the program
+ * left them at the default): in the dying thread it brings every page in (uswap_mm_prepare_dump(),
+ * reclaim stopped for good), then sends the signal again with the same siginfo, now at its default
+ * action (SA_RESETHAND), which the kernel delivers as the handler returns: the program dies as it
+ * would have, its core written from the same registers. Not when more is swapped than half the
+ * available memory (a line on stderr says the core has zeros there). A program's own handler
+ * replaces ours; sigaction() and signal() report the default where ours is installed.
+ */
+static const int g_dump_signals[] = { SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS, SIGXCPU, SIGXFSZ };
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef void (*sighandler_fn)(int);
+typedef sighandler_fn (*signal_fn)(int, sighandler_fn);
+static sigaction_fn real_sigaction;
+static signal_fn real_signal;
+
+/* /proc/meminfo's MemAvailable in bytes (0 if unknown), with system calls only. */
+static uint64_t mem_available(void)
+{
+	char buf[4096], *p;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/meminfo", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strstr(buf, "MemAvailable:");
+	return p ? strtoull(p + 13, NULL, 10) << 10 : 0;
+}
+
+/* Whether a fatal signal would write a core now: dumpable, and a core limit or a pipe to a helper. */
+static bool core_expected(void)
+{
+	struct rlimit rl;
+	char c = 0;
+	int fd;
+
+	if (prctl(PR_GET_DUMPABLE) <= 0)
+		return false;
+	if (!getrlimit(RLIMIT_CORE, &rl) && rl.rlim_cur != 0)
+		return true;
+	fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/sys/kernel/core_pattern", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (read(fd, &c, 1) != 1)
+			c = 0;
+		syscall(SYS_close, fd);
+	}
+	return c == '|'; /* a helper gets the core whatever RLIMIT_CORE says (but 1) */
+}
+
+static void dump_handler(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno, ret;
+
+	(void)uc;
+	t_internal++;
+	if (g_mm && ours() && core_expected()) {
+		uint64_t avail = mem_available();
+
+		ret = uswap_mm_prepare_dump(g_mm, avail ? avail / 2 : UINT64_MAX);
+		if (ret) {
+			char msg[160];
+			int n = snprintf(msg, sizeof(msg),
+					 "uswap: pid %d: its core has zeros where its memory was swapped out (%s)\n",
+					 (int)getpid(), ret == -ENOMEM ? "more than half the available memory" : "busy");
+
+			if (write(2, msg, (size_t)n) < 0)
+				n = 0;
+		}
+	}
+	/* At the default action now (SA_RESETHAND); delivered as we return, from the same registers. */
+	syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), sig, si);
+	t_internal--;
+	errno = saved;
+}
+
+static bool dump_signal(int sig)
+{
+	for (size_t i = 0; i < sizeof(g_dump_signals) / sizeof(g_dump_signals[0]); i++)
+		if (g_dump_signals[i] == sig)
+			return true;
+	return false;
+}
+
+static const struct sigaction g_dump_action = { .sa_sigaction = dump_handler,
+						 .sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK | SA_RESTART };
+static bool g_dump_armed; /* a core was expected at start: ours stands for the default action */
+
+static void dump_handlers_install(void)
+{
+	if (!core_expected())
+		return;
+	if (!real_sigaction)
+		real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+	for (size_t i = 0; i < sizeof(g_dump_signals) / sizeof(g_dump_signals[0]); i++) {
+		struct sigaction old;
+
+		if (!real_sigaction(g_dump_signals[i], NULL, &old) && !(old.sa_flags & SA_SIGINFO) &&
+		    old.sa_handler == SIG_DFL)
+			real_sigaction(g_dump_signals[i], &g_dump_action, NULL);
+	}
+	g_dump_armed = true;
+}
+
+/* The program sees the default action where ours stands. */
+static void hide_ours(int sig, struct sigaction *old)
+{
+	if (old && dump_signal(sig) && (old->sa_flags & SA_SIGINFO) && old->sa_sigaction == dump_handler) {
+		memset(old, 0, sizeof(*old));
+		old->sa_handler = SIG_DFL;
+	}
+}
+
+/* A program that sets the default action (many reset every signal at start) gets ours in its place. */
+static bool sets_default(int sig, const struct sigaction *act)
+{
+	return act && g_dump_armed && dump_signal(sig) && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL;
+}
+
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	int ret;
+
+	if (!real_sigaction)
+		real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+	ret = real_sigaction(sig, sets_default(sig, act) ? &g_dump_action : act, old);
+	if (!ret)
+		hide_ours(sig, old);
+	return ret;
+}
+
+sighandler_fn signal(int sig, sighandler_fn fn)
+{
+	struct sigaction act = { .sa_handler = fn }, old;
+
+	if (!real_signal)
+		real_signal = (signal_fn)dlsym(RTLD_NEXT, "signal");
+	if (!sets_default(sig, &act)) {
+		sighandler_fn prev = real_signal(sig, fn);
+
+		return dump_signal(sig) && prev == (sighandler_fn)(void (*)(void))dump_handler ? SIG_DFL : prev;
+	}
+	if (sigaction(sig, &act, &old))
+		return SIG_ERR;
+	return (old.sa_flags & SA_SIGINFO) ? (sighandler_fn)(void (*)(void))old.sa_sigaction : old.sa_handler;
+}
+
 /* ---- statistics ---- */
 
 static uint64_t now_ns(void)
@@ -1168,6 +1322,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 		      : o.limit_bytes / 16 > (32u << 20) ? 32u << 20
 							 : (size_t)(o.limit_bytes / 16);
 	live_start();
+	dump_handlers_install();
 	atomic_store(&g_heap, true);
 	atomic_store(&g_managing, true);
 	t_internal = 0;
