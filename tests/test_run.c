@@ -985,7 +985,7 @@ static pid_t start_runner(const char *script, pid_t *prog)
 }
 
 /*
- * A SIGTERM sent to the runner reaches the program (here it exits 3 on it); SIGKILL cannot be passed
+ * A SIGTERM (or SIGUSR1) sent to the runner reaches the program (here it exits 3, 4 on it); SIGKILL cannot be passed
  * on, and a runner killed by it takes the program along.
  */
 static void signals_to_runner(void)
@@ -1006,6 +1006,18 @@ static void signals_to_runner(void)
 	kill(runner, SIGTERM);
 	waitpid(runner, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+	/* SIGUSR1 too (it killed the runner, and the program with it: status SIGUSR1) */
+	unlink(ready);
+	snprintf(script, sizeof(script), "trap 'kill $!; exit 4' USR1; : > '%s'; sleep 60 & wait", ready);
+	runner = start_runner(script, &prog);
+	CHECK(prog > 0);
+	for (int i = 0; i < 1000 && access(ready, F_OK); i++)
+		usleep(10000);
+	CHECK_EQ(access(ready, F_OK), 0);
+	kill(runner, SIGUSR1);
+	waitpid(runner, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 4);
 
 	runner = start_runner("exec sleep 60", &prog);
 	CHECK(prog > 0);

@@ -137,7 +137,8 @@ static const char *unservable(const char *path)
  * The program runs as our child so that its summary can be written whatever way it ends (exit(),
  * _exit() as shells do, a signal): we read its last published statistics, write them, remove the
  * live file, and end the way it ended: same exit status, or the same signal raised on ourselves.
- * Terminal signals reach the child through the process group; SIGTERM/SIGHUP sent to us are passed on,
+ * Terminal signals reach the child through the process group; SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent
+ * to us are passed on (`kill -USR1 $!` used to kill us, and so the program),
  * and a SIGKILL of ours kills the program too (PR_SET_PDEATHSIG).
  */
 static pid_t g_child;
@@ -274,10 +275,12 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	sigset_t pass, old_mask;
 
 	snprintf(me, sizeof(me), "%d", (int)runner);
-	/* A SIGTERM/SIGHUP that comes before we can forward it waits (blocked) instead of killing us alone. */
+	/* A signal to pass on that comes before we can forward it waits (blocked) instead of killing us alone. */
 	sigemptyset(&pass);
 	sigaddset(&pass, SIGTERM);
 	sigaddset(&pass, SIGHUP);
+	sigaddset(&pass, SIGUSR1);
+	sigaddset(&pass, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &pass, &old_mask);
 	sigaction(SIGINT, &ign, &old_int);
 	sigaction(SIGQUIT, &ign, &old_quit);
@@ -305,6 +308,8 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	}
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGUSR2, &sa, NULL);
 	sigprocmask(SIG_SETMASK, &old_mask, NULL);
 	while (waitpid(g_child, &st, 0) < 0 && errno == EINTR)
 		;
