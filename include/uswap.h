@@ -341,6 +341,16 @@ int uswap_mm_discard(struct uswap_mm *m, void *addr, size_t len);
  */
 int uswap_mm_sync(struct uswap_mm *m);
 
+/*
+ * uswap_mm_prepare_dump() - bring every swapped and inactive page of @m back into the program's
+ * ranges and stop reclaim for good, so that a core dump about to be written holds the program's
+ * data (the kernel writes a page that is not mapped as zeros, and the fault handlers are gone by
+ * then). For the handler of a fatal signal: no allocation, no error message; waits at most 2 s for
+ * a lock the dying thread may hold. The instance serves faults afterwards, but never evicts again.
+ * Return: 0; -ENOMEM more than @max_bytes are swapped (nothing done); -ETIMEDOUT; -ECHILD.
+ */
+int uswap_mm_prepare_dump(struct uswap_mm *m, uint64_t max_bytes);
+
 /* uswap_mm_swap() - the swap layer of @m (for uswap_stats(), uswap_swapoff(), ...). */
 struct uswap *uswap_mm_swap(struct uswap_mm *m);
 

@@ -7,6 +7,8 @@
  * exit status and death by signal passed through, bad options, and redis-server forking for BGSAVE
  * while most of its data is swapped.
  */
+#include <dirent.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -14,6 +16,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -608,6 +611,48 @@ static void address_space_limits(void)
 	same_output("48M", cmd, false);
 }
 
+/* Build @src (C text) into @bin with cc; false (and the case skipped) without a compiler. */
+static bool build_c(const char *name, const char *src, char *bin, size_t len)
+{
+	char path[300], cc[800];
+
+	snprintf(path, sizeof(path), "%s/%s.c", tmpdir, name);
+	snprintf(bin, len, "%s/%s", tmpdir, name);
+	write_file(path, src);
+	snprintf(cc, sizeof(cc), "cc -O1 -o %s %s 2>&1", bin, path);
+	if (system(cc) != 0) {
+		printf("  (cannot build %s: case skipped)\n", name);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * The address space uswap takes for itself under `ulimit -v` (1 GB): a program mallocs and fills
+ * 448 MiB in 16 MiB blocks (960 MiB is possible plainly). Each of uswap's five threads used to get a
+ * glibc arena of its own (a 64 MiB reservation, made by the free() of its start-up block), and the
+ * program got 336 MiB.
+ */
+static void address_space_ours(void)
+{
+	char bin[300], line[800];
+
+	if (!build_c("as448", "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+			      "int main(void) {\n"
+			      "\tfor (int i = 0; i < 28; i++) {\n"
+			      "\t\tchar *p = malloc(16 << 20);\n"
+			      "\t\tif (!p) { printf(\"malloc failed after %d MiB\\n\", 16 * i); return 1; }\n"
+			      "\t\tmemset(p, i, 16 << 20);\n"
+			      "\t}\n"
+			      "\tputs(\"448 MiB\");\n"
+			      "\treturn 0;\n}\n",
+		     bin, sizeof(bin)))
+		return;
+	snprintf(line, sizeof(line), "ulimit -v 1000000 && exec %s", bin);
+	char *cmd[] = { "/bin/sh", "-c", line, NULL };
+	same_output("64M", cmd, true);
+}
+
 /*
  * Programs that treat every descriptor as theirs: python3 closes all of them (os.closerange(): a
  * close_range() call; then close() of each one /proc/self/fd lists, and a dup2() onto each
@@ -1000,7 +1045,7 @@ static pid_t start_runner(const char *script, pid_t *prog)
 }
 
 /*
- * A SIGTERM sent to the runner reaches the program (here it exits 3 on it); SIGKILL cannot be passed
+ * A SIGTERM (or SIGUSR1) sent to the runner reaches the program (here it exits 3, 4 on it); SIGKILL cannot be passed
  * on, and a runner killed by it takes the program along.
  */
 static void signals_to_runner(void)
@@ -1022,6 +1067,18 @@ static void signals_to_runner(void)
 	waitpid(runner, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3);
 
+	/* SIGUSR1 too (it killed the runner, and the program with it: status SIGUSR1) */
+	unlink(ready);
+	snprintf(script, sizeof(script), "trap 'kill $!; exit 4' USR1; : > '%s'; sleep 60 & wait", ready);
+	runner = start_runner(script, &prog);
+	CHECK(prog > 0);
+	for (int i = 0; i < 1000 && access(ready, F_OK); i++)
+		usleep(10000);
+	CHECK_EQ(access(ready, F_OK), 0);
+	kill(runner, SIGUSR1);
+	waitpid(runner, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 4);
+
 	runner = start_runner("exec sleep 60", &prog);
 	CHECK(prog > 0);
 	kill(runner, SIGKILL);
@@ -1036,6 +1093,138 @@ static void signals_to_runner(void)
 	CHECK(gone);
 	if (!gone && prog > 0)
 		kill(prog, SIGKILL);
+}
+
+/*
+ * Pages of @n at @va in ELF core @path that hold the pattern of the program in core_dump() (each word
+ * of page i is 0xC0DE000000000000 | i); -1 if the core cannot be read.
+ */
+static long core_pattern_pages(const char *path, uint64_t va, long n)
+{
+	Elf64_Ehdr eh;
+	long good = 0;
+	uint64_t *page = malloc(4096);
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0 || !page || pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+	    eh.e_type != ET_CORE || eh.e_phnum == PN_XNUM) {
+		if (fd >= 0)
+			close(fd);
+		free(page);
+		return -1;
+	}
+	for (long i = 0; i < n; i++) {
+		uint64_t a = va + (uint64_t)i * 4096;
+
+		for (unsigned k = 0; k < eh.e_phnum; k++) {
+			Elf64_Phdr ph;
+
+			if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)k * eh.e_phentsize)) != sizeof(ph))
+				break;
+			if (ph.p_type != PT_LOAD || a < ph.p_vaddr || a + 4096 > ph.p_vaddr + ph.p_filesz)
+				continue;
+			if (pread(fd, page, 4096, (off_t)(ph.p_offset + a - ph.p_vaddr)) == 4096) {
+				bool ok = true;
+
+				for (int w = 0; w < 512 && ok; w++)
+					ok = page[w] == (0xC0DE000000000000ull | (uint64_t)i);
+				good += ok;
+			}
+			break;
+		}
+	}
+	close(fd);
+	free(page);
+	return good;
+}
+
+/* Core files in @dir: their count, and the name of the last one in @name. */
+static int cores_in(const char *dir, char *name, size_t len)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, "core", 4)) {
+			snprintf(name, len, "%s/%s", dir, e->d_name);
+			n++;
+		}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/*
+ * A program that fills 64 MiB with a known pattern and aborts under a 16M limit leaves one core, its
+ * own (the runner dumped one too, after it: with the default pattern "core", in the same directory,
+ * it replaced the program's), and the core holds the pattern in every page (the kernel wrote the
+ * swapped-out ones as zeros: 12,882 of 16,384 pages). Root only: it sets core_pattern, and restores it.
+ */
+static void core_dump(void)
+{
+	static const char pattern_path[] = "/proc/sys/kernel/core_pattern";
+	char bin[300], dir[300], pattern[400], saved[512] = "", core[600], out[300], *buf;
+	struct rlimit old_core, unlimited = { RLIM_INFINITY, RLIM_INFINITY };
+	size_t len;
+	int fd, st;
+
+	if (geteuid() != 0 || (fd = open(pattern_path, O_RDONLY)) < 0) {
+		printf("  (not root: case skipped)\n");
+		return;
+	}
+	ssize_t n = read(fd, saved, sizeof(saved) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	saved[n] = '\0';
+	if (!build_c("dumper", "#include <stdio.h>\n#include <stdlib.h>\n#include <stdint.h>\n#include <string.h>\n"
+			       "int main(void) {\n"
+			       "\tsize_t pages = 16384;\n"
+			       "\tuint64_t *b = malloc(pages * 4096);\n"
+			       "\tfor (size_t i = 0; i < pages * 512; i++) b[i] = 0xC0DE000000000000ull | (i / 512);\n"
+			       "\tchar l[256]; long anon = -1; FILE *f = fopen(\"/proc/self/status\", \"r\");\n"
+			       "\twhile (fgets(l, sizeof(l), f)) if (!strncmp(l, \"RssAnon:\", 8)) anon = atol(l + 9);\n"
+			       "\tprintf(\"%p %ld\\n\", (void *)b, anon);\n"
+			       "\tfflush(stdout);\n"
+			       "\tabort();\n}\n",
+		     bin, sizeof(bin)))
+		return;
+	snprintf(dir, sizeof(dir), "%s/cores", tmpdir);
+	snprintf(out, sizeof(out), "%s/dumper.out", tmpdir);
+	mkdir(dir, 0700);
+	snprintf(pattern, sizeof(pattern), "%s/core.%%e.%%p\n", dir);
+	getrlimit(RLIMIT_CORE, &old_core);
+	CHECK_EQ(setrlimit(RLIMIT_CORE, &unlimited), 0);
+	CHECK_EQ(write_text(pattern_path, pattern), 0);
+
+	char *plain[] = { bin, NULL }, *under[] = { uswap_bin, "run", "--limit", "16M", "--", bin, NULL };
+	st = run(plain, out, NULL);
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && WCOREDUMP(st));
+	CHECK_EQ(cores_in(dir, core, sizeof(core)), 1);
+	unlink(core);
+
+	st = run(under, out, NULL);
+	/* the runner dies of the same signal, without a core of its own */
+	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+	CHECK_EQ(cores_in(dir, core, sizeof(core)), 1);
+	CHECK(strstr(core, "/core.dumper.") != NULL);
+	buf = slurp(out, &len);
+	unsigned long long va = 0;
+	long anon_kib = -1;
+	CHECK(buf && sscanf(buf, "%llx %ld", &va, &anon_kib) == 2);
+	if (anon_kib > 40 << 10)
+		fprintf(stderr, "[%s] %ld KiB resident: nothing was swapped\n", check_test, anon_kib);
+	CHECK(anon_kib >= 0 && anon_kib < 40 << 10); /* most of the 64 MiB were out */
+	long good = core_pattern_pages(core, va, 16384);
+	if (good != 16384)
+		fprintf(stderr, "[%s] %ld of 16384 pages in the core hold the program's data\n", check_test, good);
+	CHECK_EQ(good, 16384);
+	free(buf);
+	unlink(core);
+
+	CHECK_EQ(write_text(pattern_path, saved), 0);
+	setrlimit(RLIMIT_CORE, &old_core);
 }
 
 /* Bad options: exit status 2 and a message naming the problem, before the program runs. */
@@ -1285,10 +1474,10 @@ static int cleanup_dir(void)
 }
 
 static const struct test tests[] = {
-	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
+	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(core_dump),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(address_space_ours), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child), T(auto_limit),
 };
 

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -139,7 +140,8 @@ static const char *unservable(const char *path)
  * The program runs as our child so that its summary can be written whatever way it ends (exit(),
  * _exit() as shells do, a signal): we read its last published statistics, write them, remove the
  * live file, and end the way it ended: same exit status, or the same signal raised on ourselves.
- * Terminal signals reach the child through the process group; SIGTERM/SIGHUP sent to us are passed on,
+ * Terminal signals reach the child through the process group; SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 sent
+ * to us are passed on (`kill -USR1 $!` used to kill us, and so the program),
  * and a SIGKILL of ours kills the program too (PR_SET_PDEATHSIG).
  */
 static pid_t g_child;
@@ -276,10 +278,12 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	sigset_t pass, old_mask;
 
 	snprintf(me, sizeof(me), "%d", (int)runner);
-	/* A SIGTERM/SIGHUP that comes before we can forward it waits (blocked) instead of killing us alone. */
+	/* A signal to pass on that comes before we can forward it waits (blocked) instead of killing us alone. */
 	sigemptyset(&pass);
 	sigaddset(&pass, SIGTERM);
 	sigaddset(&pass, SIGHUP);
+	sigaddset(&pass, SIGUSR1);
+	sigaddset(&pass, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &pass, &old_mask);
 	sigaction(SIGINT, &ign, &old_int);
 	sigaction(SIGQUIT, &ign, &old_quit);
@@ -307,13 +311,24 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	}
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGUSR2, &sa, NULL);
 	sigprocmask(SIG_SETMASK, &old_mask, NULL);
 	while (waitpid(g_child, &st, 0) < 0 && errno == EINTR)
 		;
 	summarize((int)g_child, stats, summary);
 	if (WIFSIGNALED(st)) {
 		int sig = WTERMSIG(st);
+		struct rlimit no_core = { 0, 0 };
 
+		/*
+		 * Not a core of our own: the program's is the one wanted, and with the default pattern
+		 * ("core" in the current directory) ours, written after it, replaced it. A shell then
+		 * says "Aborted" where it said "Aborted (core dumped)": the kernel sets that bit of our
+		 * wait status only for a core it wrote.
+		 */
+		prctl(PR_SET_DUMPABLE, 0);
+		setrlimit(RLIMIT_CORE, &no_core);
 		signal(sig, SIG_DFL);
 		sigset_t set;
 		sigemptyset(&set);

@@ -58,18 +58,13 @@ static void fork_ranges_save(struct uswap_mm *m)
 }
 
 #define DONTFORK_MAX 256
-static void mm_fork_prepare(struct uswap_mm *m)
-{
-	struct mm_range dc[DONTFORK_MAX];
-	size_t ndc = 0;
 
-	atomic_store(&m->forking, 1);
-	pthread_mutex_lock(&m->reclaim_lock);
-	pthread_rwlock_rdlock(&m->tbl_lock);
-	fork_ranges_save(m);
-	/* Swapped memory of vmas the child does not get stays out (a runtime's heap often is one). */
-	if (atomic_load(&m->c.evicted_pages) || atomic_load(&m->inactive))
-		ndc = region_dontfork_ranges(dc, DONTFORK_MAX);
+/*
+ * Every swapped and inactive page of @m in, but those of the sorted MADV_DONTFORK ranges @dc (@ndc
+ * of them). Context: reclaim_lock and tbl_lock (read) held; forking set.
+ */
+static void bring_all_in(struct uswap_mm *m, const struct mm_range *dc, size_t ndc)
+{
 	for (unsigned ri = 0; ri < m->nr_regions; ri++) {
 		struct mm_region *r = m->tbl[ri];
 		size_t k = 0;
@@ -113,7 +108,41 @@ static void mm_fork_prepare(struct uswap_mm *m)
 			uffd_wake(m->uffd, region_addr(r, first), (end - first) * MM_PAGE);
 		}
 	}
+}
+
+static void mm_fork_prepare(struct uswap_mm *m)
+{
+	struct mm_range dc[DONTFORK_MAX];
+	size_t ndc = 0;
+
+	atomic_store(&m->forking, 1);
+	pthread_mutex_lock(&m->reclaim_lock);
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	fork_ranges_save(m);
+	/* Swapped memory of vmas the child does not get stays out (a runtime's heap often is one). */
+	if (atomic_load(&m->c.evicted_pages) || atomic_load(&m->inactive))
+		ndc = region_dontfork_ranges(dc, DONTFORK_MAX);
+	bring_all_in(m, dc, ndc);
 	pthread_rwlock_unlock(&m->tbl_lock);
+}
+
+/*
+ * Before a core dump, from the handler of the fatal signal in the dying thread: the kernel writes a
+ * page that is not mapped as zeros, and our fault handlers are gone by then. Reclaim stays stopped
+ * (forking set, reclaim_lock kept: fork_stage is ours). The dying thread may hold one of our locks:
+ * each is waited for until @deadline (CLOCK_REALTIME), then given up.
+ * Return: 0; -ETIMEDOUT.
+ */
+int fork_dump_prepare(struct uswap_mm *m, const struct timespec *deadline)
+{
+	atomic_store(&m->forking, 1);
+	if (pthread_mutex_timedlock(&m->reclaim_lock, deadline))
+		return -ETIMEDOUT;
+	if (pthread_rwlock_timedrdlock(&m->tbl_lock, deadline))
+		return -ETIMEDOUT;
+	bring_all_in(m, NULL, 0);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	return 0;
 }
 
 static void mm_fork_parent(struct uswap_mm *m)

@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mm/mm.h"
@@ -564,6 +565,19 @@ int uswap_mm_sync(struct uswap_mm *m)
 		return err_set(-ECHILD, "this uswap_mm belongs to the parent process");
 	fault_settle(m);
 	return 0;
+}
+
+int uswap_mm_prepare_dump(struct uswap_mm *m, uint64_t max_bytes)
+{
+	struct timespec deadline;
+
+	if (mm_in_child(m))
+		return -ECHILD;
+	if (atomic_load(&m->swapped) > max_bytes / MM_PAGE)
+		return -ENOMEM;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += 2;
+	return fork_dump_prepare(m, &deadline);
 }
 
 struct uswap *uswap_mm_swap(struct uswap_mm *m)

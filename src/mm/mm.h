@@ -287,6 +287,7 @@ struct uswap_mm {
 /* fork.c: the atfork handlers serve every instance tracked here. */
 void fork_track(struct uswap_mm *m);
 void fork_untrack(struct uswap_mm *m);
+int fork_dump_prepare(struct uswap_mm *m, const struct timespec *deadline);
 
 /*
  * sigbus.c. SIGBUS mode: the process-wide SIGBUS handler serves faults on the regions of the instances

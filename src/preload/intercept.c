@@ -1,17 +1,23 @@
 /*
  * intercept.c - the calls of the program that the preload library takes first: mmap (new mappings
  * registered), madvise and process_madvise (discards reported to the instance), mlockall, the close
- * and dup family (the library's descriptors kept), and pthread_create (the library's threads marked).
+ * and dup family (the library's descriptors kept), pthread_create (the library's threads marked), and
+ * sigaction and signal (the core-dumping signals bring swapped pages in first).
  */
 #include "preload/preload.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <semaphore.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
@@ -319,18 +325,25 @@ int dup3(int old, int new, int flags)
 
 /* ---- threads the library starts carry the mark ---- */
 
+/*
+ * The start routine and its argument are handed over on the creator's stack: a block malloc'd here
+ * and freed in the new thread made glibc give each of our threads an arena of its own at that free
+ * (tcache_init()), a 64 MiB reservation each (5 threads: 320 MiB of address space under `ulimit -v`).
+ */
 struct tramp {
 	void *(*fn)(void *);
 	void *arg;
+	sem_t taken;
 };
 
 static void *tramp_main(void *p)
 {
-	struct tramp t = *(struct tramp *)p;
+	struct tramp *t = p;
+	void *(*fn)(void *) = t->fn, *arg = t->arg;
 
-	__libc_free(p);
 	t_internal = 1;
-	return t.fn(t.arg);
+	sem_post(&t->taken); /* *t is gone from here */
+	return fn(arg);
 }
 
 int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
@@ -340,14 +353,168 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 	real_close = (close_fn)dlsym(RTLD_NEXT, "close");
 	if (!t_internal)
 		return real_pthread_create(th, attr, fn, arg);
-	struct tramp *t = __libc_malloc(sizeof(*t));
+	struct tramp t = { .fn = fn, .arg = arg };
 
-	if (!t)
+	if (sem_init(&t.taken, 0, 0))
 		return EAGAIN;
-	t->fn = fn;
-	t->arg = arg;
-	int ret = real_pthread_create(th, attr, tramp_main, t);
-	if (ret)
-		__libc_free(t);
+	int ret = real_pthread_create(th, attr, tramp_main, &t);
+	if (!ret)
+		while (sem_wait(&t.taken) && errno == EINTR)
+			;
+	sem_destroy(&t.taken);
 	return ret;
+}
+
+/* ---- core dumps: swapped pages in first ---- */
+
+/*
+ * The kernel writes a page of a core that is not mapped as zeros, and the instance's handler threads
+ * are killed before it starts: swapped-out and inactive pages would be zeros in the core. So when a
+ * core will be written, the signals whose default action dumps core get a handler (if the program
+ * left them at the default): in the dying thread it brings every page in (uswap_mm_prepare_dump(),
+ * reclaim stopped for good), then sends the signal again with the same siginfo, now at its default
+ * action (SA_RESETHAND), which the kernel delivers as the handler returns: the program dies as it
+ * would have, its core written from the same registers. Not when more is swapped than half the
+ * available memory (a line on stderr says the core has zeros there). A program's own handler
+ * replaces ours; sigaction() and signal() report the default where ours is installed.
+ */
+static const int g_dump_signals[] = { SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS, SIGXCPU, SIGXFSZ };
+
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+typedef void (*sighandler_fn)(int);
+typedef sighandler_fn (*signal_fn)(int, sighandler_fn);
+static sigaction_fn real_sigaction;
+static signal_fn real_signal;
+
+/* /proc/meminfo's MemAvailable in bytes (0 if unknown), with system calls only. */
+static uint64_t mem_available(void)
+{
+	char buf[4096], *p;
+	int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/meminfo", O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strstr(buf, "MemAvailable:");
+	return p ? strtoull(p + 13, NULL, 10) << 10 : 0;
+}
+
+/* Whether a fatal signal would write a core now: dumpable, and a core limit or a pipe to a helper. */
+static bool core_expected(void)
+{
+	struct rlimit rl;
+	char c = 0;
+	int fd;
+
+	if (prctl(PR_GET_DUMPABLE) <= 0)
+		return false;
+	if (!getrlimit(RLIMIT_CORE, &rl) && rl.rlim_cur != 0)
+		return true;
+	fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/sys/kernel/core_pattern", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (read(fd, &c, 1) != 1)
+			c = 0;
+		syscall(SYS_close, fd);
+	}
+	return c == '|'; /* a helper gets the core whatever RLIMIT_CORE says (but 1) */
+}
+
+static void dump_handler(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno, ret;
+
+	(void)uc;
+	t_internal++;
+	if (g_mm && ours() && core_expected()) {
+		uint64_t avail = mem_available();
+
+		ret = uswap_mm_prepare_dump(g_mm, avail ? avail / 2 : UINT64_MAX);
+		if (ret) {
+			char msg[160];
+			int n = snprintf(msg, sizeof(msg),
+					 "uswap: pid %d: its core has zeros where its memory was swapped out (%s)\n",
+					 (int)getpid(), ret == -ENOMEM ? "more than half the available memory" : "busy");
+
+			if (write(2, msg, (size_t)n) < 0)
+				n = 0;
+		}
+	}
+	/* At the default action now (SA_RESETHAND); delivered as we return, from the same registers. */
+	syscall(SYS_rt_tgsigqueueinfo, getpid(), gettid(), sig, si);
+	t_internal--;
+	errno = saved;
+}
+
+static bool dump_signal(int sig)
+{
+	for (size_t i = 0; i < sizeof(g_dump_signals) / sizeof(g_dump_signals[0]); i++)
+		if (g_dump_signals[i] == sig)
+			return true;
+	return false;
+}
+
+static const struct sigaction g_dump_action = { .sa_sigaction = dump_handler,
+						 .sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK | SA_RESTART };
+static bool g_dump_armed; /* a core was expected at start: ours stands for the default action */
+
+void dump_handlers_install(void)
+{
+	if (!core_expected())
+		return;
+	if (!real_sigaction)
+		real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+	for (size_t i = 0; i < sizeof(g_dump_signals) / sizeof(g_dump_signals[0]); i++) {
+		struct sigaction old;
+
+		if (!real_sigaction(g_dump_signals[i], NULL, &old) && !(old.sa_flags & SA_SIGINFO) &&
+		    old.sa_handler == SIG_DFL)
+			real_sigaction(g_dump_signals[i], &g_dump_action, NULL);
+	}
+	g_dump_armed = true;
+}
+
+/* The program sees the default action where ours stands. */
+static void hide_ours(int sig, struct sigaction *old)
+{
+	if (old && dump_signal(sig) && (old->sa_flags & SA_SIGINFO) && old->sa_sigaction == dump_handler) {
+		memset(old, 0, sizeof(*old));
+		old->sa_handler = SIG_DFL;
+	}
+}
+
+/* A program that sets the default action (many reset every signal at start) gets ours in its place. */
+static bool sets_default(int sig, const struct sigaction *act)
+{
+	return act && g_dump_armed && dump_signal(sig) && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL;
+}
+
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	int ret;
+
+	if (!real_sigaction)
+		real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+	ret = real_sigaction(sig, sets_default(sig, act) ? &g_dump_action : act, old);
+	if (!ret)
+		hide_ours(sig, old);
+	return ret;
+}
+
+sighandler_fn signal(int sig, sighandler_fn fn)
+{
+	struct sigaction act = { .sa_handler = fn }, old;
+
+	if (!real_signal)
+		real_signal = (signal_fn)dlsym(RTLD_NEXT, "signal");
+	if (!sets_default(sig, &act)) {
+		sighandler_fn prev = real_signal(sig, fn);
+
+		return dump_signal(sig) && prev == (sighandler_fn)(void (*)(void))dump_handler ? SIG_DFL : prev;
+	}
+	if (sigaction(sig, &act, &old))
+		return SIG_ERR;
+	return (old.sa_flags & SA_SIGINFO) ? (sighandler_fn)(void (*)(void))old.sa_sigaction : old.sa_handler;
 }

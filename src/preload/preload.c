@@ -348,6 +348,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 		      : o.limit_bytes / 16 > (32u << 20) ? 32u << 20
 							 : (size_t)(o.limit_bytes / 16);
 	live_start();
+	dump_handlers_install();
 	atomic_store(&g_heap, true);
 	atomic_store(&g_managing, true);
 	t_internal = 0;

@@ -73,6 +73,8 @@ void cache_lock(void);
 void cache_unlock(void);
 
 /* intercept.c */
+/* When a core will be written: the core-dumping signals bring every page in first (see there). */
+void dump_handlers_install(void);
 extern _Atomic int g_lock_future;      /* mlockall(MCL_FUTURE): mlock2() flags + 1 for new mappings */
 extern bool g_discards_reported;
 

@@ -49,7 +49,10 @@ void *ureserve(size_t size)
 
 	nr_alloc++;
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
+	if (p == MAP_FAILED)
+		return NULL;
+	umadvise(p, size, MADV_DONTDUMP); /* the layer's tables and buffers: not the program's, not in a core */
+	return p;
 }
 
 void uunreserve(void *p, size_t size)
