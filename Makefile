@@ -45,8 +45,11 @@ PRELOAD_OBJ := $(PRELOAD_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# Section 3 pages, generated from the doc comments of the header (the one source); the set of pages
+# follows the header, so the rule's target is a stamp.
+MAN3_STAMP := $(BUILD)/man/man3/.stamp
 
-all: $(BUILD)/libuswap.so $(BUILD)/libuswap.a $(BUILD)/uswap $(BUILD)/uswap.pc $(BENCH_BIN) \
+all: $(BUILD)/libuswap.so $(BUILD)/libuswap.a $(BUILD)/uswap $(BUILD)/uswap.pc $(BENCH_BIN) $(MAN3_STAMP) \
 	$(if $(PRELOAD_SRC),$(BUILD)/libuswap-preload.so)
 
 $(BUILD)/obj/%.o: %.c
@@ -83,6 +86,11 @@ $(BUILD)/uswap.pc: Makefile
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: uswap\nDescription: user-space swap abstraction layer\nVersion: %s\nRequires.private: %s\nLibs: -L$${libdir} -luswap\nLibs.private: -pthread -lm -ldl\nCflags: -I$${includedir}\n' \
 		'$(PREFIX)' '$(VERSION)' '$(PKGS)' > $@
 
+$(MAN3_STAMP): include/uswap.h scripts/mkman
+	rm -rf $(dir $@)
+	scripts/mkman --version $(VERSION) include/uswap.h $(dir $@)
+	touch $@
+
 tests: $(TEST_BIN)
 
 check: all tests
@@ -99,7 +107,7 @@ install: all
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/uswap.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/uswap.pc
 	$(if $(wildcard $(BUILD)/libuswap-preload.so),install -m 755 $(BUILD)/libuswap-preload.so $(DESTDIR)$(PREFIX)/lib/)
 	$(if $(wildcard docs/*.1),install -m 644 docs/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/)
-	$(if $(wildcard docs/*.3),install -m 644 docs/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/)
+	install -m 644 $(BUILD)/man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 
 format:
 	clang-format -i $(shell git ls-files '*.c' '*.h')

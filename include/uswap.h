@@ -337,7 +337,8 @@ int uswap_mm_discard(struct uswap_mm *m, void *addr, size_t len);
  * uswap_mm_sync() - wait until @m has applied what the kernel told it of the caller's past munmap(),
  * mremap() and madvise() calls on registered ranges. Call it after mapping memory where a registered
  * range was (mmap with MAP_FIXED over one, or at an address a munmap() freed) and before touching
- * it: until then, reclaim may take the new mapping's pages for the old range's. Return: 0; -ECHILD.
+ * it: until then, reclaim may take the new mapping's pages for the old range's.
+ * Return: 0; -ECHILD called in a fork child.
  */
 int uswap_mm_sync(struct uswap_mm *m);
 
@@ -393,7 +394,11 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st);
 /* uswap_errmsg() - the message of this thread's last failed call ("" if none). */
 const char *uswap_errmsg(void);
 
-/* uswap_parse_size() - "4096", "64K", "256M", "8G", "1T"; "N%" of physical RAM when @pct_ok. */
+/*
+ * uswap_parse_size() - a size in bytes from "4096", "64K", "256M", "8G", "1T" (K = 1024; "KiB" and "KB"
+ * are the same), or "N%" (1..100) of physical RAM when @pct_ok.
+ * Return: 0 and *bytes set; -EINVAL not such a size, or it does not fit in 64 bits.
+ */
 int uswap_parse_size(const char *s, int pct_ok, uint64_t *bytes);
 
 #ifdef __cplusplus
