@@ -10,13 +10,21 @@
  * fault and of first touches under uswap. Every page is checked at the end.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 #include <x86intrin.h>
 
 #include "cli/cli.h"
@@ -417,6 +425,72 @@ static double first_touch_plain_us(size_t len)
 	return t * 1e6 / (double)(len / PS);
 }
 
+/*
+ * The floor of a fault served by another thread: a bare userfaultfd over fresh anonymous memory, one
+ * thread reading its messages and answering each with a UFFDIO_COPY of a zero page, the program
+ * touching one page after another. No swap layer, no tables, no locks: what any userfaultfd design
+ * pays per fault on this machine, to set the swap-in latency against. Return: us per fault, or 0.
+ */
+struct uffd_floor {
+	int uffd;
+	unsigned char *zero;
+	atomic_bool done;
+};
+
+static void *uffd_floor_main(void *arg)
+{
+	struct uffd_floor *f = arg;
+	struct uffd_msg msg;
+
+	while (!atomic_load(&f->done)) {
+		struct pollfd pfd = {.fd = f->uffd, .events = POLLIN};
+
+		if (poll(&pfd, 1, 50) <= 0 || read(f->uffd, &msg, sizeof(msg)) != sizeof(msg))
+			continue;
+		if (msg.event != UFFD_EVENT_PAGEFAULT)
+			continue;
+		struct uffdio_copy c = {.dst = msg.arg.pagefault.address & ~(PS - 1), .src = (uintptr_t)f->zero, .len = PS};
+
+		ioctl(f->uffd, UFFDIO_COPY, &c);
+	}
+	return NULL;
+}
+
+static double uffd_floor_us(size_t len)
+{
+	struct uffd_floor f = {.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY)};
+	struct uffdio_api api = {.api = UFFD_API};
+	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double t = 0;
+	pthread_t th;
+
+	if (f.uffd < 0)
+		f.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	f.zero = aligned_alloc(PS, PS);
+	if (f.uffd < 0 || p == MAP_FAILED || !f.zero || ioctl(f.uffd, UFFDIO_API, &api))
+		goto out;
+	memset(f.zero, 0, PS);
+	madvise(p, len, MADV_NOHUGEPAGE);
+	struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len}, .mode = UFFDIO_REGISTER_MODE_MISSING};
+
+	if (ioctl(f.uffd, UFFDIO_REGISTER, &reg) || pthread_create(&th, NULL, uffd_floor_main, &f))
+		goto out;
+	double t0 = cli_now();
+
+	for (size_t i = 0; i < len; i += PS)
+		p[i] = 1;
+	t = (cli_now() - t0) * 1e6 / (double)(len / PS);
+	atomic_store(&f.done, true);
+	pthread_join(th, NULL);
+out:
+	if (f.uffd >= 0)
+		close(f.uffd);
+	if (p != MAP_FAILED)
+		munmap(p, len);
+	free(f.zero);
+	return t;
+}
+
 static double first_touch_mm_us(struct uswap_mm *m, size_t len)
 {
 	unsigned char *p;
@@ -448,7 +522,7 @@ int bench_mm(int argc, char **argv)
 	unsigned char *region = NULL, *plain, *kinds;
 	uint32_t *touched, *lat;
 	uint64_t npages, bad;
-	double kernel_us, first_mm_us, t0, fill_s;
+	double kernel_us, first_mm_us, floor_us, t0, fill_s;
 	int ret = parse(argc, argv, &o);
 
 	if (ret)
@@ -498,6 +572,7 @@ int bench_mm(int argc, char **argv)
 
 	/* First touches: the kernel's, then a fresh instance with room to spare (no reclaim). */
 	kernel_us = first_touch_plain_us(64ul << 20);
+	floor_us = uffd_floor_us(64ul << 20);
 	mo.limit_bytes = 0;
 	ret = uswap_mm_create(&m2, &mo);
 	first_mm_us = ret ? 0 : first_touch_mm_us(m2, 64ul << 20);
@@ -520,13 +595,15 @@ int bench_mm(int argc, char **argv)
 		       r->lru_misses ? (double)r->swapins / (double)r->lru_misses : 0.0, r->p50_us, r->p99_us,
 		       (unsigned long long)r->nr_lat, kernel_us > 0 ? r->p50_us / kernel_us : 0.0);
 	}
-	printf("},\"kernel_fault_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_kernel\":%.2f,"
-	       "\"handler_swapin_us_p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
+	printf("},\"kernel_fault_us\":%.3f,\"uffd_floor_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_kernel\":%.2f,"
+	       "\"first_touch_vs_uffd_floor\":%.2f,\"rand_fault_vs_uffd_floor\":%.2f,\"handler_swapin_us_p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
 	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"wp_faults\":%llu,\"readahead_pages\":%llu,\"store_failures\":%llu,"
 	       "\"mm_meta_bytes_per_page\":%.2f,\"swap_meta_bytes_per_page\":%.2f,"
 	       "\"discards_reported\":%s,\"tlb_flushes_per_evicted_page\":%.3f,\"evict_us_per_page\":%.2f,"
 	       "\"bad_pages\":%llu,\"verified\":%s}\n",
-	       kernel_us, first_mm_us, kernel_us > 0 ? first_mm_us / kernel_us : 0.0, st.swapin_ns_p50 / 1e3,
+	       kernel_us, floor_us, first_mm_us, kernel_us > 0 ? first_mm_us / kernel_us : 0.0,
+	       floor_us > 0 ? first_mm_us / floor_us : 0.0, floor_us > 0 ? res[1].p50_us / floor_us : 0.0,
+	       st.swapin_ns_p50 / 1e3,
 	       st.swapin_ns_p99 / 1e3, (unsigned long long)st.direct_reclaims,
 	       (unsigned long long)st.evictions, (unsigned long long)st.clean_evictions,
 	       (unsigned long long)st.wp_faults, (unsigned long long)st.readahead_pages,
