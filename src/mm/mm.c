@@ -95,6 +95,15 @@ int uswap_mm_check(void)
 	return uffd_check();
 }
 
+/* Whether @fd opened (it is closed again). */
+static bool mm_probe_fd(int fd)
+{
+	if (fd < 0)
+		return false;
+	close(fd);
+	return true;
+}
+
 int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 {
 	struct uswap_options so = {0};
@@ -123,10 +132,10 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->folio_shift = shift;
 	m->fault_around = fa;
 	m->uffd = m->uffd_shadow = m->stop_fd = -1;
-	/* Both are optional: without them reclaim releases and moves pages one range at a time. */
-	m->pidfd = fd_keep((int)syscall(SYS_pidfd_open, m->pid, 0));
-	m->pagemap_fd = fd_keep(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
-	m->maps_fd = fd_keep(open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
+	/* Optional: without them reclaim releases and moves pages one range at a time. */
+	m->have_pidfd = mm_probe_fd((int)syscall(SYS_pidfd_open, m->pid, 0));
+	m->have_pagemap = mm_probe_fd(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+	m->have_maps = mm_probe_fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
 	pthread_mutex_init(&m->reclaim_lock, NULL);
 	pthread_mutex_init(&m->bal_lock, NULL);
 	pthread_mutex_init(&m->ev_lock, NULL);

@@ -187,9 +187,13 @@ struct uswap_mm {
 	int uffd;        /* the program's ranges: MISSING | WP, events REMOVE, UNMAP, REMAP */
 	int uffd_shadow; /* shadow ranges: MISSING with SIGBUS (never touched while empty), no events */
 	int stop_fd;     /* eventfd: handlers and the reclaimer leave */
-	int pidfd;       /* ourselves, for process_madvise(): many ranges released with one TLB flush */
-	int pagemap_fd;  /* /proc/self/pagemap: which pages a failed move really moved (else mincore) */
-	int maps_fd;     /* /proc/self/maps: where a vma ends, when a range crosses one (PROCMAP_QUERY) */
+	/*
+	 * What the kernel lets us use, probed at start; each is opened when used and closed after (an
+	 * instance holds no descriptor for them): a pidfd of ourselves for process_madvise() (many ranges
+	 * released with one TLB flush), /proc/self/pagemap (which pages a failed move really moved; else
+	 * mincore), /proc/self/maps (where a vma ends, when a range crosses one: PROCMAP_QUERY).
+	 */
+	bool have_pidfd, have_pagemap, have_maps;
 	pid_t pid;       /* the process that created it: a fork child must not use it */
 
 	pthread_rwlock_t tbl_lock;
@@ -493,10 +497,7 @@ static inline void mm_close_fds(struct uswap_mm *m)
 	fd_close(m->uffd);
 	fd_close(m->uffd_shadow);
 	fd_close(m->stop_fd);
-	fd_close(m->pidfd);
-	fd_close(m->pagemap_fd);
-	fd_close(m->maps_fd);
-	m->uffd = m->uffd_shadow = m->stop_fd = m->pidfd = m->pagemap_fd = m->maps_fd = -1;
+	m->uffd = m->uffd_shadow = m->stop_fd = -1;
 }
 
 /* A fork child must not use its parent's instance. */

@@ -422,7 +422,7 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 	uintptr_t *hand = front ? &m->front : &m->back;
 	struct release_batch batch;
 	struct demote_window win;
-	bool batching = front && m->discards_reported && m->pidfd >= 0 && m->pagemap_fd >= 0;
+	bool batching = front && m->discards_reported && m->have_pidfd && m->have_pagemap;
 	size_t scanned = 0, passed = 0;
 
 	batch.nr_iov = batch.nr_folios = 0;

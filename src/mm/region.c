@@ -260,8 +260,14 @@ void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 
 	for (unsigned i = 0; i < n; i++)
 		total += iov[i].iov_len;
-	if (n > 1 && m->pidfd >= 0)
-		done = syscall(SYS_process_madvise, m->pidfd, iov, n, MADV_DONTNEED, 0);
+	if (n > 1 && m->have_pidfd) {
+		int pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
+
+		if (pidfd >= 0) {
+			done = syscall(SYS_process_madvise, pidfd, iov, n, MADV_DONTNEED, 0);
+			close(pidfd);
+		}
+	}
 	if (done == (ssize_t)total)
 		return;
 	/* A kernel without DONTNEED in process_madvise (before 6.13), or a partial result. */

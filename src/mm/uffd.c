@@ -130,20 +130,24 @@ int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, boo
 int uffd_pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out)
 {
 	uint64_t pm[64];
+	int fd;
 
 	if (mincore((void *)addr, n * MM_PAGE, out))
 		return -1;
 	for (size_t j = 0; j < n; j++)
 		out[j] &= 1;
-	for (size_t j0 = 0; m->pagemap_fd >= 0 && j0 < n; j0 += 64) {
+	fd = m->have_pagemap ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
+	for (size_t j0 = 0; fd >= 0 && j0 < n; j0 += 64) {
 		size_t cnt = n - j0 < 64 ? n - j0 : 64;
 		off_t off = (off_t)((addr / MM_PAGE + j0) * sizeof(pm[0]));
 
-		if (pread(m->pagemap_fd, pm, cnt * sizeof(pm[0]), off) != (ssize_t)(cnt * sizeof(pm[0])))
+		if (pread(fd, pm, cnt * sizeof(pm[0]), off) != (ssize_t)(cnt * sizeof(pm[0])))
 			break;
 		for (size_t j = 0; j < cnt; j++)
 			out[j0 + j] = (pm[j] & (PM_PRESENT | PM_SWAP)) != 0;
 	}
+	if (fd >= 0)
+		close(fd);
 	return 0;
 }
 
@@ -157,9 +161,15 @@ static int vma_pages(struct uswap_mm *m, uintptr_t addr, size_t n, size_t *pages
 {
 	struct procmap_query q = {.size = sizeof(q), .query_addr = addr};
 	size_t left;
+	int fd = m->have_maps ? open("/proc/self/maps", O_RDONLY | O_CLOEXEC) : -1, ret, err;
 
-	if (m->maps_fd < 0 || ioctl(m->maps_fd, PROCMAP_QUERY, &q))
-		return m->maps_fd < 0 || errno == ENOTTY || errno == EINVAL ? -EOPNOTSUPP : -ENOENT;
+	if (fd < 0)
+		return -EOPNOTSUPP;
+	ret = ioctl(fd, PROCMAP_QUERY, &q);
+	err = errno;
+	close(fd);
+	if (ret)
+		return err == ENOTTY || err == EINVAL ? -EOPNOTSUPP : -ENOENT;
 	if (q.vma_start > addr)
 		return -ENOENT;
 	left = (size_t)(q.vma_end - addr) / MM_PAGE;

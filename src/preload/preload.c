@@ -207,8 +207,9 @@ void child_adopt(void)
 }
 
 /*
- * An instance holds descriptors for life: two userfaultfds, a pidfd, /proc/self/pagemap and maps, an
- * eventfd, the swap file and its io_uring rings (13 with the default tiers; more with a Redis tier).
+ * An instance holds descriptors for life: two userfaultfds, an eventfd, the swap file and its io_uring
+ * rings (10 with the default tiers; more with a Redis tier), and opens a few for a moment (a pidfd,
+ * /proc/self/pagemap and maps).
  * They are moved high in the table, but under a low RLIMIT_NOFILE there is no room above the
  * program's own: they would be the ones it needs. Then the program runs unmanaged, said once.
  */
