@@ -510,7 +510,7 @@ static void test_mm_swapoff_running(void)
 static void test_mm_tier_fails(void)
 {
 	const size_t n = 4096;
-	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	struct uswap_mm *m = mm_new(4 * MiB, "same,fault(zpool:lz4:max=64M),fault(file:size=256M)", 0);
 	uint32_t *sums = calloc(n, sizeof(*sums));
 	struct uswap_mm_stats st;
 	struct uswap_stats ss;
