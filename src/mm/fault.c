@@ -136,14 +136,15 @@ static void after_fault(struct uswap_mm *m)
  * From a handler (@stage its own), or in SIGBUS mode from the faulting thread. @adopt: a fault in no
  * region may adopt the vma around it (a range that grew in place) or be served a zero page; in
  * SIGBUS mode only a vma that holds one of our regions is adopted, and an address our uffd does not
- * cover is left alone. Return: 0 (served: the access can be retried), -ENOENT not ours.
+ * cover is left alone. Return: 0 (served: the access can be retried), -ENOENT not ours, -EFAULT in
+ * SIGBUS mode a poisoned page (its swap-in failed): the program's SIGBUS, not ours to serve.
  */
 int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool wp, bool write,
 			 bool adopt)
 {
 	uint64_t t0 = mono_ns();
 	struct mm_region *r;
-	bool swapin = false, woken = false;
+	bool swapin = false, woken = false, poisoned = false;
 	size_t fi, first, end;
 	int ret = 0;
 
@@ -178,6 +179,13 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	} else if (pg_kind(r->pages[region_page(r, addr)]) == PG_PRESENT) {
 		fault_present(m, r, region_page(r, addr));
 		folio_summarize(m, r, fi);
+	} else if (r->pages[region_page(r, addr)] == (PG_NONE | PG_POISON)) {
+		/*
+		 * A handler: a fault queued before the poison went in; the wake retries it into the
+		 * kernel's SIGBUS. SIGBUS mode: the kernel's SIGBUS for the poison marker looks like our
+		 * own faults (BUS_ADRERR), so it is told by the page word and goes to the program.
+		 */
+		poisoned = true;
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
 		if (swapin_around(m, r, fi))
@@ -205,7 +213,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	if (ret == -EAGAIN)
 		atomic_fetch_add(&m->c.retries, 1);
 	after_fault(m);
-	return 0;
+	return poisoned && m->sigbus ? -EFAULT : 0;
 }
 
 static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)
