@@ -96,22 +96,25 @@ static void fault_present(struct uswap_mm *m, struct mm_region *r, size_t page)
 
 /*
  * A fault where we track nothing (a registration raced with us): give it a zero page and move on.
- * Return: 0, or -ENOENT when @addr is not registered with our uffd (SIGBUS mode: not our fault).
+ * Only a handler's: its fault came from our uffd. A SIGBUS may be for any range of this process that
+ * a userfaultfd covers (another instance's, the kernel's SIGBUS for a page a handler-mode instance
+ * poisoned, the program's own uffd), and the kernel lets UFFDIO_COPY and UFFDIO_WRITEPROTECT through
+ * our uffd act on any of them (it checks that the vma is registered, not with which uffd): a zero
+ * page there replaced another's page or its poison with zeros.
+ * Return: 0, or -ENOENT in SIGBUS mode (not ours).
  */
 static int fault_untracked(struct uswap_mm *m, uintptr_t addr, bool wp)
 {
 	size_t done;
-	int ret;
 
-	if (wp)
-		ret = uffd_unprotect(m->uffd, addr, MM_PAGE);
-	else
-		ret = uffd_copy(m->uffd, addr, m->zero, MM_PAGE, false, true, &done);
-	if (m->sigbus && (ret == -ENOENT || ret == -EINVAL))
+	if (m->sigbus)
 		return -ENOENT;
+	if (wp)
+		uffd_unprotect(m->uffd, addr, MM_PAGE);
+	else
+		uffd_copy(m->uffd, addr, m->zero, MM_PAGE, false, true, &done);
 	atomic_fetch_add(&m->c.untracked_faults, 1);
-	if (!m->sigbus)
-		uffd_wake(m->uffd, addr, MM_PAGE);
+	uffd_wake(m->uffd, addr, MM_PAGE);
 	return 0;
 }
 
