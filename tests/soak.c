@@ -936,6 +936,13 @@ int main(int argc, char **argv)
 		uswap_mm_destroy(mms[k]);
 	if (rs.pid)
 		rserver_kill(&rs);
+	for (unsigned i = 0; i < MAX_THREADS; i++) {
+		free(lt[i].buf);
+		free(lt[i].want);
+		free(mt[i].want);
+	}
+	while (nr_spans)
+		span_drop(nr_spans - 1);
 
 	printf("soak: failures store %" PRIu64 " load_eio %" PRIu64 " load_badmsg %" PRIu64 " region_sigbus %" PRIu64
 	       " child_sigbus %" PRIu64 "; mm writes %" PRIu64 " forks %" PRIu64 " (child pages %" PRIu64
