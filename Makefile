@@ -37,7 +37,8 @@ CLI_SRC := $(wildcard src/cli/*.c)
 PRELOAD_SRC := $(wildcard src/preload/*.c)
 BENCH_SRC := $(wildcard bench/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+SOAK_SRC := tests/soak.c
+TEST_LIB_SRC := $(filter-out $(TEST_SRC) $(SOAK_SRC),$(wildcard tests/*.c))
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -91,7 +92,12 @@ $(MAN3_STAMP): include/uswap.h scripts/mkman
 	scripts/mkman --version $(VERSION) include/uswap.h $(dir $@)
 	touch $@
 
-tests: $(TEST_BIN)
+# The soak (tests/soak.c): a program of its own, linked like a test; test_soak runs a short one.
+$(BUILD)/tests/soak: $(BUILD)/obj/tests/soak.o $(TEST_LIB_OBJ) $(BUILD)/libuswap.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDSAN) -o $@ $< $(TEST_LIB_OBJ) $(BUILD)/libuswap.a $(LIBS)
+
+tests: $(TEST_BIN) $(BUILD)/tests/soak
 
 check: all tests
 	BUILD=$(BUILD) tools/runtests.sh $(TEST_BIN)
@@ -118,6 +124,17 @@ format-check:
 clean:
 	rm -rf build build-*
 
-.PHONY: all tests check install format format-check clean
+# `make soak SECONDS=N`: the soak in the plain, ASan + UBSan and TSan builds, one after the other;
+# `make soak-one` in the build SAN= names. Each run ends with "N passed, N failed" (tools/runsoak.sh).
+SECONDS ?= 600
+soak:
+	$(MAKE) SAN= soak-one
+	$(MAKE) SAN=address,undefined soak-one
+	$(MAKE) SAN=thread soak-one
+
+soak-one: $(BUILD)/tests/soak
+	tools/runsoak.sh $(BUILD)/tests/soak $(SECONDS)
+
+.PHONY: all tests check install format format-check clean soak soak-one
 .SECONDARY:
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

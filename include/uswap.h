@@ -46,6 +46,11 @@ struct uswap_options {
  * uswap_create() - build a layer from a tier string.
  * @spec: comma-separated tiers in store order, each "name[:arg[:key=value]...]", e.g.
  *        "same,zpool:lz4:max=256M" or "same,zpool:zstd:level=3:max=25%:reject=90%".
+ *        "fault(TIER)[:key=value...]" wraps TIER and injects faults into its calls, for tests and
+ *        soaks: eio=, enospc=, etimedout= (percent of calls failed so), delay= (percent of calls that
+ *        first sleep up to delay_ms=, default 10), flip= (percent of loads handed back with one bit
+ *        flipped: the load then fails with -EBADMSG), seed= (else USWAP_FAULT_SEED, else the clock).
+ *        E.g. "same,fault(zpool:lz4:max=64M):eio=1%:flip=0.1%:seed=42,fault(file:size=1G):eio=1%".
  * Return: 0 and *out set; -EINVAL bad spec (uswap_errmsg() names the bad part); -ENOMEM.
  */
 int uswap_create(struct uswap **out, const char *spec);
@@ -150,6 +155,13 @@ struct uswap_tier_stats {
 	uint64_t released_bytes;               /* space handed back to the system (file: holes punched) */
 	uint32_t off;                          /* 1 after uswap_swapoff() */
 	uint32_t in_memory;                    /* 1: holds pages in this process's memory (a pool) */
+	/*
+	 * A fault() tier (see uswap_create()): the seed of its draws (give it back as seed= or
+	 * USWAP_FAULT_SEED to replay), and the faults it injected by kind: calls failed with EIO, ENOSPC,
+	 * ETIMEDOUT, calls delayed, loads handed back with a flipped bit. 0 for other tiers.
+	 */
+	uint64_t fault_seed;
+	uint64_t faults_eio, faults_enospc, faults_etimedout, faults_delay, faults_flip;
 };
 
 struct uswap_stats {

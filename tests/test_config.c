@@ -20,6 +20,10 @@ static void good_strings_work(void)
 		"zpool:zstd=7",
 		"same,zpool:lz4:max=64K,zpool:zstd",
 		"same,zpool:lz4:reject=100%,file:size=64M",
+		"same,fault(zpool:lz4:max=64M):eio=1%:enospc=1%:etimedout=1%:delay=1%:flip=0.1%:seed=42,"
+		"fault(file:size=64M)",
+		"fault(fault(zpool:zstd):eio=5):flip=0.0001%:delay_ms=0",
+		"fault(same):eio=100%,zpool",
 	};
 	unsigned char *page = aligned_alloc(4096, 4096), *back = aligned_alloc(4096, 4096);
 
@@ -86,6 +90,20 @@ static void bad_strings_are_refused(void)
 		{ "file:size=banana", "banana" },
 		{ "file:/proc/no/such/dir/x.swap", "/proc/no/such/dir/x.swap" },
 		{ "same,same,same,same,same,same,same,same", "at most" },
+		{ "fault(zpool", "not closed" },
+		{ "same,zpool)", "closes no" },
+		{ "fault:eio=1%", "parentheses" },
+		{ "fault()", "parentheses" },
+		{ "same(zpool)", "wraps no" },
+		{ "fault(zpool):eio=101%", "\"101%\"" },
+		{ "fault(zpool):eio=0.00001%", "\"0.00001%\"" },
+		{ "fault(zpool):colour=1", "\"colour\"" },
+		{ "fault(same):flip=1%", "checksum" },
+		{ "fault(same,zpool)", "more than one tier" },
+		{ "fault(zpool)eio=1", "':' expected" },
+		{ "fault(zpool):eio=60%:enospc=50%", "exceed" },
+		{ "fault(zpool):seed=x", "\"x\"" },
+		{ "fault(zpool:lz5)", "\"lz5\"" },
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

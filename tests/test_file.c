@@ -184,7 +184,7 @@ static void test_file_injected_eio(void)
 	uswap_id_t id;
 
 	fill(a, USWAP_PAGE_SIZE, 5);
-	CHECK_EQ(uswap_create(&u, "file:size=1M"), 0);
+	CHECK_EQ(uswap_create(&u, "fault(file:size=1M)"), 0);
 	backend_inject(testhook_tier(u, 0), true, 1, -EIO, false);
 	CHECK(uswap_store(u, a, 1, &id) < 0);
 	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
@@ -325,7 +325,7 @@ static void test_file_load_vec(void)
 {
 	enum { NF = 24, PS = USWAP_PAGE_SIZE };
 	static const enum page_kind kinds[] = {PK_TEXT, PK_RANDOM, PK_SAME, PK_TEXT};
-	struct uswap_options o = {.tiers = "same,zpool:lz4:max=16M,file:size=16M", .no_background = 1};
+	struct uswap_options o = {.tiers = "same,zpool:lz4:max=16M,fault(file:size=16M)", .no_background = 1};
 	unsigned char *a = malloc(4 * PS), *b = malloc(64 * PS);
 	uswap_id_t ids[NF], vid[64];
 	uint32_t vidx[64];
@@ -591,7 +591,7 @@ static void test_file_swapoff_plain_two_movers(void)
 static void test_file_eio_while_moving(void)
 {
 	enum { N = 64 };
-	struct uswap_options o = {.tiers = "zpool:lz4:max=16M,file:size=16M", .no_background = 1};
+	struct uswap_options o = {.tiers = "zpool:lz4:max=16M,fault(file:size=16M)", .no_background = 1};
 	unsigned char *a = malloc(USWAP_PAGE_SIZE), *b = malloc(USWAP_PAGE_SIZE);
 	uswap_id_t ids[N];
 	struct uswap_stats st;

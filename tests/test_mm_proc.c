@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -510,7 +512,7 @@ static void test_mm_swapoff_running(void)
 static void test_mm_tier_fails(void)
 {
 	const size_t n = 4096;
-	struct uswap_mm *m = mm_new(4 * MiB, TIERS, 0);
+	struct uswap_mm *m = mm_new(4 * MiB, "same,fault(zpool:lz4:max=64M),fault(file:size=256M)", 0);
 	uint32_t *sums = calloc(n, sizeof(*sums));
 	struct uswap_mm_stats st;
 	struct uswap_stats ss;
@@ -814,6 +816,106 @@ static void test_mm_mprotect(void)
 	free(sums);
 }
 
+static sigjmp_buf bus_jb;
+static void *volatile bus_addr;
+static volatile int bus_code;
+
+static void on_bus(int sig, siginfo_t *si, void *uc)
+{
+	(void)sig;
+	(void)uc;
+	bus_addr = si->si_addr;
+	bus_code = si->si_code;
+	siglongjmp(bus_jb, 1);
+}
+
+/* A read of @p: 0 and *out its first byte, or 1 when it got SIGBUS. */
+static int read_or_sigbus(const volatile unsigned char *p, unsigned char *out)
+{
+	bus_addr = NULL;
+	if (sigsetjmp(bus_jb, 1))
+		return 1;
+	*out = *p;
+	return 0;
+}
+
+/*
+ * A swap-in whose load fails (docs/mm.md): the pages are poisoned, every touch of them gets SIGBUS
+ * (BUS_MCEERR_AR at the page) until they are discarded, and never reads other data (zeros); the
+ * other pages are intact. Both fault modes; folios of 1 and 16 pages.
+ */
+static void test_mm_load_fails(void)
+{
+	const size_t n = 256;
+	struct sigaction sa = {.sa_sigaction = on_bus, .sa_flags = SA_SIGINFO | SA_NODEFER}, old;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+
+	sigaction(SIGBUS, &sa, &old); /* first: a SIGBUS-mode instance passes the poison's SIGBUS here */
+	for (unsigned mode = 0; mode < 2; mode++) {
+		for (size_t folio = 1; folio <= 16; folio *= 16) {
+			struct uswap_mm *m;
+			struct uswap_mm_stats st;
+			unsigned char *p, c;
+			size_t hit = 37; /* a page in the middle of a folio */
+
+			struct uswap_mm *other = NULL;
+
+			/* handler mode: with a SIGBUS-mode instance alive too, whose handler sees the SIGBUS first */
+			if (!mode) {
+				sigbus_mode = 1;
+				other = mm_new(PS * 64, "same", 0);
+			}
+			sigbus_mode = mode;
+			m = mm_new(64 * PS * 4, "same,fault(zpool:lz4:max=64M)", folio * PS);
+			if (!m)
+				break;
+			CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+			for (size_t i = 0; i < n; i++) { /* text: the pool holds them, not `same` */
+				fill_page(p + i * PS, PK_TEXT, seed_for(i));
+				sums[i] = csum_buf(p + i * PS, PS);
+			}
+			for (int k = 0; k < 50 && (uswap_mm_stats(m, &st), st.resident_bytes); k++)
+				uswap_mm_shrink(m, 0);
+			CHECK_EQ(st.resident_bytes, 0);
+			CHECK_EQ(backend_inject(testhook_tier(uswap_mm_swap(m), 1), false, 1, -EIO, false), 0);
+			CHECK_EQ(read_or_sigbus(p + hit * PS + 100, &c), 1);
+			CHECK(bus_addr != NULL && (unsigned char *)bus_addr >= p + hit * PS &&
+			      (unsigned char *)bus_addr < p + (hit + 1) * PS);
+			/* the kernel's code for a poison marker: BUS_MCEERR_AR before 6.11, BUS_ADRERR since */
+			CHECK(bus_code == BUS_MCEERR_AR || bus_code == BUS_ADRERR);
+			/* poisoned for good: again, and each page of its folio */
+			for (size_t i = hit / folio * folio; i < (hit / folio + 1) * folio; i++)
+				CHECK_EQ(read_or_sigbus(p + i * PS, &c), 1);
+			CHECK_EQ(read_or_sigbus(p + hit * PS, &c), 1);
+			/* the rest is intact, and the poison survives reclaim passing over it */
+			for (int k = 0; k < 50 && (uswap_mm_stats(m, &st), st.resident_bytes); k++)
+				uswap_mm_shrink(m, 0);
+			for (size_t i = 0; i < n; i++) {
+				if (i / folio == hit / folio)
+					continue;
+				CHECK_EQ(read_or_sigbus(p + i * PS, &c), 0);
+				CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
+			}
+			CHECK_EQ(read_or_sigbus(p + hit * PS, &c), 1);
+			uswap_mm_stats(m, &st);
+			CHECK_EQ(st.load_failures, 1);
+			/* discarded, the page reads zero again and takes writes */
+			CHECK_EQ(uswap_mm_discard(m, p + hit / folio * folio * PS, folio * PS), 0);
+			CHECK_EQ(read_or_sigbus(p + hit * PS, &c), 0);
+			CHECK(page_is_zero(p + hit * PS));
+			fill_page(p + hit * PS, PK_TEXT, seed_for(hit + n));
+			sums[hit] = csum_buf(p + hit * PS, PS);
+			CHECK_EQ(csum_buf(p + hit * PS, PS), sums[hit]);
+			uswap_mm_destroy(m);
+			if (other)
+				uswap_mm_destroy(other);
+		}
+	}
+	sigbus_mode = 0;
+	sigaction(SIGBUS, &old, NULL);
+	free(sums);
+}
+
 /*
  * munmap/madvise/mremap (a grown range adopted by a faulting thread), fork (and idle after it),
  * mprotect, swapoff while threads run, tiers failing mid-run: again in SIGBUS mode.
@@ -832,4 +934,4 @@ static void test_mm_sigbus_proc(void)
 
 CHECK_MAIN(T(test_mm_munmap_madvise_mremap), T(test_mm_fork), T(test_mm_fork_idle),
 	   T(test_mm_swapoff_running), T(test_mm_tier_fails), T(test_mm_madvise_storm), T(test_mm_mprotect),
-	   T(test_mm_fork_dontfork), FORK_ADOPT T(test_mm_sigbus_proc))
+	   T(test_mm_fork_dontfork), FORK_ADOPT T(test_mm_sigbus_proc), T(test_mm_load_fails))

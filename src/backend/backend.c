@@ -1,9 +1,10 @@
 /*
- * backend.c - the registry of backends and the wrappers core calls: statistics and fault injection
- * sit here, once, instead of in every backend.
+ * backend.c - the registry of backends and the wrappers core calls: statistics sit here, once,
+ * instead of in every backend. Faults are injected by the fault() tier (fault.c), not here.
  */
 #include "backend/backend.h"
 #include "util/clock.h"
+#include "util/err.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@ static const struct uswap_backend_ops *const registry[] = {
 	&file_backend_ops,
 	&redis_backend_ops,
 	&redis_cluster_backend_ops,
+	&fault_backend_ops,
 };
 
 #define NR_BACKENDS (sizeof(registry) / sizeof(registry[0]))
@@ -45,6 +47,35 @@ const char *backend_names(void)
 	return names;
 }
 
+int backend_open_spec(struct backend *b, const char *spec, size_t len, const struct backend_env *env)
+{
+	size_t namelen = strcspn(spec, ":(,");
+	const struct uswap_backend_ops *ops;
+	char args[sizeof(b->spec)];
+
+	if (namelen > len)
+		namelen = len;
+	ops = backend_lookup(spec, namelen);
+	if (!ops)
+		return err_set(-EINVAL, "unknown tier \"%.*s\" in \"%.*s\" (known: %s)", (int)namelen, spec, (int)len,
+			       spec, backend_names());
+	if (len >= sizeof(b->spec))
+		return err_set(-EINVAL, "tier \"%.*s...\" is too long", 32, spec);
+	if (namelen < len && spec[namelen] == ',')
+		return err_set(-EINVAL, "\"%.*s\" is more than one tier", (int)len, spec);
+	if (namelen < len && spec[namelen] == '(' && !(ops->caps & BACKEND_WRAPS))
+		return err_set(-EINVAL, "tier \"%.*s\" wraps no other tier (no '(' after %s)", (int)len, spec,
+			       ops->name);
+	if (ops->caps & BACKEND_WRAPS && (namelen == len || spec[namelen] != '('))
+		return err_set(-EINVAL, "tier \"%.*s\": %s wraps a tier, named in parentheses: %s(zpool:lz4)...",
+			       (int)len, spec, ops->name, ops->name);
+	snprintf(b->spec, sizeof(b->spec), "%.*s", (int)len, spec);
+	/* "name:args" gives "args"; "name(TIER)..." gives "(TIER)..." */
+	snprintf(args, sizeof(args), "%.*s", (int)(len - namelen - (namelen < len && spec[namelen] == ':')),
+		 spec + namelen + (namelen < len && spec[namelen] == ':'));
+	return backend_open(b, ops, args, env);
+}
+
 int backend_open(struct backend *b, const struct uswap_backend_ops *ops, const char *args,
 		 const struct backend_env *env)
 {
@@ -59,30 +90,12 @@ void backend_close(struct backend *b)
 	b->ops = NULL;
 }
 
-/* Counts down the injected fault; true when this call must fail. */
-static bool fault_fires(_Atomic long *nth, bool sticky)
-{
-	long n = atomic_load_explicit(nth, memory_order_relaxed);
-
-	while (n > 0) {
-		if (n == 1 && sticky)
-			return true;
-		if (atomic_compare_exchange_weak(nth, &n, n - 1))
-			return n == 1;
-	}
-	return false;
-}
-
 ssize_t backend_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
 {
 	ssize_t n;
 
 	if (atomic_load_explicit(&b->off, memory_order_relaxed))
 		return 0;
-	if (fault_fires(&b->fault.store_nth, b->fault.sticky)) {
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-		return b->fault.store_err;
-	}
 	n = b->ops->store(b, src, npages, owner, handles);
 	if (n > 0) {
 		atomic_fetch_add_explicit(&b->stores, 1, memory_order_relaxed);
@@ -113,8 +126,6 @@ int backend_load(struct backend *b, uint32_t owner, const uint64_t *handles, siz
 {
 	uint64_t t0 = mono_ns();
 
-	if (fault_fires(&b->fault.load_nth, b->fault.sticky))
-		return load_counted(b, b->fault.load_err);
 	return load_timed(b, b->ops->load(b, owner, handles, npages, dst), t0);
 }
 
@@ -124,8 +135,6 @@ int backend_load_vec(struct backend *b, const uint32_t *owners, const uint64_t *
 	uint64_t t0 = mono_ns();
 	int ret = 0;
 
-	if (fault_fires(&b->fault.load_nth, b->fault.sticky))
-		return load_counted(b, b->fault.load_err);
 	if (b->ops->load_vec)
 		return load_timed(b, b->ops->load_vec(b, owners, handles, npages, dst), t0);
 	for (size_t i = 0; i < npages && !ret; i++)
@@ -192,10 +201,6 @@ ssize_t backend_peek(struct backend *b, uint32_t owner, uint64_t handle, void *o
 
 	if (!backend_has(b, BACKEND_PACKED))
 		return -EOPNOTSUPP;
-	if (fault_fires(&b->fault.load_nth, b->fault.sticky)) {
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-		return b->fault.load_err;
-	}
 	n = b->ops->peek(b, owner, handle, obj, fmt);
 	if (n < 0)
 		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
@@ -209,10 +214,6 @@ int backend_store_obj(struct backend *b, const void *obj, size_t len, unsigned f
 
 	if (!backend_has(b, BACKEND_PACKED) || atomic_load_explicit(&b->off, memory_order_relaxed))
 		return 0;
-	if (fault_fires(&b->fault.store_nth, b->fault.sticky)) {
-		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
-		return b->fault.store_err;
-	}
 	ret = b->ops->store_obj(b, obj, len, fmt, owner, handle);
 	if (ret > 0) {
 		atomic_fetch_add_explicit(&b->stores, 1, memory_order_relaxed);
@@ -223,18 +224,6 @@ int backend_store_obj(struct backend *b, const void *obj, size_t len, unsigned f
 		atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
 	}
 	return ret;
-}
-
-void backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky)
-{
-	b->fault.sticky = sticky;
-	if (on_store) {
-		b->fault.store_err = err;
-		atomic_store(&b->fault.store_nth, nth);
-	} else {
-		b->fault.load_err = err;
-		atomic_store(&b->fault.load_nth, nth);
-	}
 }
 
 bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, size_t vallen)

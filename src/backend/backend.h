@@ -3,9 +3,11 @@
  *
  * A backend stores runs of 4 KiB pages and names each stored page by a 64-bit handle (32 bits unless the
  * backend has BACKEND_INLINE: then the handle is the page itself, e.g. a fill word). Core never calls
- * b->ops->x directly: the backend_*() wrappers count statistics and are where tests inject faults.
+ * b->ops->x directly: the backend_*() wrappers count statistics once for every backend.
  * Backends never call up into core; "owner" is an opaque cookie core passes down (the page's
  * descriptor number) so that cold()/sparse() can name pages and remote stores can bind data to it.
+ * Faults are injected by a tier like any other (fault.c: "fault(TIER):eio=1%..."), which wraps
+ * another through this same vector, as SQLite injects I/O errors through a VFS.
  */
 #ifndef USWAP_BACKEND_H
 #define USWAP_BACKEND_H
@@ -28,6 +30,7 @@ enum backend_caps {
 	BACKEND_DURABLE = 1 << 4, /* data outlives the process's memory (file, remote) */
 	BACKEND_PACKED = 1 << 5,  /* peek() + store_obj(): compressed pages move between tiers as they are */
 	BACKEND_SEEDS = 1 << 6,   /* args begin "//HOST:PORT,HOST:PORT...": those commas do not end the tier */
+	BACKEND_WRAPS = 1 << 7,   /* args begin "(TIER)": the tier it wraps, whose commas do not end it */
 };
 
 /* The stored form of a page, as peek() hands it out and store_obj() takes it. */
@@ -93,13 +96,6 @@ struct uswap_backend_ops {
 	uint64_t (*set_capacity)(struct backend *b, uint64_t bytes);
 };
 
-/* Test hook: fail the nth next call of an op with err (see backend_inject()). */
-struct backend_fault {
-	_Atomic long store_nth, load_nth; /* 1 = the next call; 0 = off; each call counts down */
-	int store_err, load_err;
-	bool sticky; /* keep failing after the nth call */
-};
-
 struct backend {
 	const struct uswap_backend_ops *ops;
 	void *priv;
@@ -110,7 +106,6 @@ struct backend {
 	_Atomic bool full;
 	_Atomic uint64_t nr_pages, stores, loads, rejects, errors, wb_in, wb_out;
 	_Atomic uint64_t load_ns; /* time spent in load() and load_vec() */
-	struct backend_fault fault;
 };
 
 /* The backends a tier string may name. */
@@ -118,6 +113,12 @@ const struct uswap_backend_ops *backend_lookup(const char *name, size_t len);
 /* "same, zpool, ..." for messages. */
 const char *backend_names(void);
 
+/*
+ * backend_open_spec() - open the one tier "name[:args]" or "name(TIER)[:args]" of @len bytes at @spec
+ * into @b (its spec recorded for stats and messages). config.c splits a tier string into such tiers;
+ * fault.c opens the tier it wraps with it. Return: 0; -EINVAL unknown name (message set); open()'s error.
+ */
+int backend_open_spec(struct backend *b, const char *spec, size_t len, const struct backend_env *env);
 int backend_open(struct backend *b, const struct uswap_backend_ops *ops, const char *args,
 		 const struct backend_env *env);
 void backend_close(struct backend *b);
@@ -147,8 +148,14 @@ static inline bool backend_has(const struct backend *b, unsigned cap)
 	return b->ops->caps & cap;
 }
 
-/* Test hook: from now, the @nth next store (load) fails with @err; @sticky: and every one after. */
-void backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky);
+/*
+ * fault.c, for tests: from now, the @nth next store (load) of the fault() tier @b fails with @err;
+ * @sticky: and every one after; @nth 0: off. Stores are store() and store_obj(), loads are load(),
+ * load_vec() and peek(). Return: 0; -EINVAL @b is not a fault() tier.
+ */
+int backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky);
+/* The tier a fault() tier wraps (recursively), or @b itself: for calls that reach one backend's internals. */
+struct backend *backend_unwrap(struct backend *b);
 
 /* Arguments "a:b=c:d": next field into @key (and @val after '=', or NULL); returns false at the end. */
 bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, size_t vallen);
@@ -170,6 +177,7 @@ extern const struct uswap_backend_ops zpool_backend_ops;
 extern const struct uswap_backend_ops file_backend_ops;
 extern const struct uswap_backend_ops redis_backend_ops;
 extern const struct uswap_backend_ops redis_cluster_backend_ops;
+extern const struct uswap_backend_ops fault_backend_ops;
 
 /* redis.c: what the connections went through (redirects, reconnects), for tests. Return: 0, -EINVAL. */
 struct rc_counters;

@@ -1,8 +1,9 @@
 /*
- * config.c - the tier string: "name[:args]" items separated by commas, in store order. Strict: an
- * unknown backend, an empty item or too many tiers is an error naming the part; each backend parses
- * its own args strictly in its open(), which stops after parsing when asked only to check. Also the
- * one place that composes the default stack.
+ * config.c - the tier string: "name[:args]" items separated by commas, in store order; a tier that
+ * wraps another names it in parentheses, "fault(zpool:lz4):eio=1%", and commas inside them belong to
+ * it. Strict: an unknown backend, an empty item, unbalanced parentheses or too many tiers is an error
+ * naming the part; each backend parses its own args strictly in its open(), which stops after parsing
+ * when asked only to check. Also the one place that composes the default stack.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,12 +28,34 @@ int uswap_default_tiers(uint64_t limit_bytes, char *buf, size_t len)
 /* "HOST:PORT" followed by ',', ':' or the end: another seed of a BACKEND_SEEDS tier, not a tier name. */
 static bool is_seed(const char *s)
 {
-	size_t host = strcspn(s, ":,"), digits;
+	size_t host = strcspn(s, ":,()"), digits;
 
 	if (!host || s[host] != ':')
 		return false;
 	digits = strspn(s + host + 1, "0123456789");
 	return digits && strchr(",:", s[host + 1 + digits]);
+}
+
+/*
+ * The end of the tier at @s: the next comma outside parentheses (a wrapped tier's commas are its own),
+ * or the end of the string. Return: its length, or -EINVAL (message set) for a ')' that closes nothing
+ * or a '(' never closed.
+ */
+static ssize_t tier_len(const char *spec, const char *s)
+{
+	int depth = 0;
+	size_t i;
+
+	for (i = 0; s[i] && (s[i] != ',' || depth); i++) {
+		if (s[i] == '(')
+			depth++;
+		else if (s[i] == ')' && --depth < 0)
+			return err_set(-EINVAL, "\")\" at %zu of \"%s\" closes no \"(\"", (size_t)(s - spec) + i,
+				       spec);
+	}
+	if (depth)
+		return err_set(-EINVAL, "\"(\" not closed in \"%s\"", spec);
+	return (ssize_t)i;
 }
 
 int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx, bool check_only)
@@ -43,39 +66,36 @@ int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx, bool c
 	if (!*s)
 		return err_set(-EINVAL, "empty tier string: name at least one tier (%s)", backend_names());
 	while (*s) {
-		const char *end = strchr(s, ','), *colon;
-		size_t len = end ? (size_t)(end - s) : strlen(s), namelen;
+		ssize_t len = tier_len(spec, s);
+		size_t namelen = strcspn(s, ":(,");
 		const struct uswap_backend_ops *ops;
 		struct backend *b;
-		char args[sizeof(b->spec)];
 		struct backend_env env;
 
+		if (len < 0)
+			return (int)len;
 		if (!len)
 			return err_set(-EINVAL, "empty tier in \"%s\" (a stray comma?)", spec);
 		if (u->nr_tiers == USWAP_MAX_TIERS)
 			return err_set(-EINVAL, "too many tiers in \"%s\": at most %u", spec, USWAP_MAX_TIERS);
-		colon = memchr(s, ':', len);
-		namelen = colon ? (size_t)(colon - s) : len;
 		ops = backend_lookup(s, namelen);
-		if (!ops)
-			return err_set(-EINVAL, "unknown tier \"%.*s\" in \"%s\" (known: %s)", (int)namelen, s, spec,
-				       backend_names());
-		if (ops->caps & BACKEND_SEEDS) {
-			while (end && is_seed(end + 1))
-				end = strchr(end + 1, ',');
-			len = end ? (size_t)(end - s) : strlen(s);
+		if (ops && ops->caps & BACKEND_SEEDS) {
+			while (s[len] && is_seed(s + len + 1)) {
+				ssize_t more = tier_len(spec, s + len + 1);
+
+				if (more < 0)
+					return (int)more;
+				len += 1 + more;
+			}
 		}
-		if (len >= sizeof(b->spec))
-			return err_set(-EINVAL, "tier \"%.*s...\" is too long", 32, s);
 		b = &u->tier[u->nr_tiers];
 		memset(b, 0, sizeof(*b));
 		b->index = u->nr_tiers;
-		snprintf(b->spec, sizeof(b->spec), "%.*s", (int)len, s);
-		snprintf(args, sizeof(args), "%.*s", colon ? (int)(len - namelen - 1) : 0, colon ? colon + 1 : "");
 		env.nr_ctx = nr_ctx;
-		env.is_last = end == NULL;
+		env.is_last = !s[len];
 		env.check_only = check_only;
-		ret = backend_open(b, ops, args, &env);
+		err_clear();
+		ret = backend_open_spec(b, s, (size_t)len, &env);
 		if (ret) {
 			if (!uswap_errmsg()[0])
 				err_set(ret, "tier \"%s\": cannot open (%s)", b->spec, strerror(-ret));
@@ -85,8 +105,8 @@ int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx, bool c
 		if (check_only)
 			b->ops = NULL; /* nothing was opened: nothing to close */
 		u->nr_tiers++;
-		s = end ? end + 1 : s + len;
-		if (end && !*s)
+		s += len;
+		if (*s && !*++s)
 			return err_set(-EINVAL, "tier string \"%s\" ends with a comma", spec);
 	}
 	return 0;

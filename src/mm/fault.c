@@ -96,22 +96,25 @@ static void fault_present(struct uswap_mm *m, struct mm_region *r, size_t page)
 
 /*
  * A fault where we track nothing (a registration raced with us): give it a zero page and move on.
- * Return: 0, or -ENOENT when @addr is not registered with our uffd (SIGBUS mode: not our fault).
+ * Only a handler's: its fault came from our uffd. A SIGBUS may be for any range of this process that
+ * a userfaultfd covers (another instance's, the kernel's SIGBUS for a page a handler-mode instance
+ * poisoned, the program's own uffd), and the kernel lets UFFDIO_COPY and UFFDIO_WRITEPROTECT through
+ * our uffd act on any of them (it checks that the vma is registered, not with which uffd): a zero
+ * page there replaced another's page or its poison with zeros.
+ * Return: 0, or -ENOENT in SIGBUS mode (not ours).
  */
 static int fault_untracked(struct uswap_mm *m, uintptr_t addr, bool wp)
 {
 	size_t done;
-	int ret;
 
-	if (wp)
-		ret = uffd_unprotect(m->uffd, addr, MM_PAGE);
-	else
-		ret = uffd_copy(m->uffd, addr, m->zero, MM_PAGE, false, true, &done);
-	if (m->sigbus && (ret == -ENOENT || ret == -EINVAL))
+	if (m->sigbus)
 		return -ENOENT;
+	if (wp)
+		uffd_unprotect(m->uffd, addr, MM_PAGE);
+	else
+		uffd_copy(m->uffd, addr, m->zero, MM_PAGE, false, true, &done);
 	atomic_fetch_add(&m->c.untracked_faults, 1);
-	if (!m->sigbus)
-		uffd_wake(m->uffd, addr, MM_PAGE);
+	uffd_wake(m->uffd, addr, MM_PAGE);
 	return 0;
 }
 
@@ -138,14 +141,15 @@ static void after_fault(struct uswap_mm *m)
  * From a handler (@stage its own), or in SIGBUS mode from the faulting thread. @adopt: a fault in no
  * region may adopt the vma around it (a range that grew in place) or be served a zero page; in
  * SIGBUS mode only a vma that holds one of our regions is adopted, and an address our uffd does not
- * cover is left alone. Return: 0 (served: the access can be retried), -ENOENT not ours.
+ * cover is left alone. Return: 0 (served: the access can be retried), -ENOENT not ours, -EFAULT in
+ * SIGBUS mode a poisoned page (its swap-in failed): the program's SIGBUS, not ours to serve.
  */
 int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool wp, bool write,
 			 bool adopt)
 {
 	uint64_t t0 = mono_ns();
 	struct mm_region *r;
-	bool swapin = false, soft = false, woken = false;
+	bool swapin = false, soft = false, woken = false, poisoned = false;
 	size_t fi, first, end;
 	int ret = 0;
 
@@ -180,6 +184,13 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	} else if (pg_kind(r->pages[region_page(r, addr)]) == PG_PRESENT) {
 		fault_present(m, r, region_page(r, addr));
 		folio_summarize(m, r, fi);
+	} else if (r->pages[region_page(r, addr)] == (PG_NONE | PG_POISON)) {
+		/*
+		 * A handler: a fault queued before the poison went in; the wake retries it into the
+		 * kernel's SIGBUS. SIGBUS mode: the kernel's SIGBUS for the poison marker looks like our
+		 * own faults (BUS_ADRERR), so it is told by the page word and goes to the program.
+		 */
+		poisoned = true;
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
 		soft = pg_kind(r->pages[region_page(r, addr)]) == PG_SHADOW; /* inactive: back without a load */
@@ -214,7 +225,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 	if (ret == -EAGAIN)
 		atomic_fetch_add(&m->c.retries, 1);
 	after_fault(m);
-	return 0;
+	return poisoned && m->sigbus ? -EFAULT : 0;
 }
 
 static void on_pagefault(struct mm_handler *h, const struct uffd_msg *msg)

@@ -16,6 +16,9 @@
  *  SHADOW   inactive: moved (UFFDIO_MOVE) out of the program's range into the region's shadow range,
  *           still in memory; a touch brings it back without a load (a soft fault)
  *  SWAPPED  only in the swap layer, as page idx of swap folio id
+ * PG_POISON on a NONE page: its swap-in failed (the data is gone) and the kernel holds a poison
+ * marker there, so every touch gets SIGBUS; it is never filled (a zero-fill would install zeros over
+ * the marker: the program would read zeros for its data) until a discard or unmap drops it.
  * PG_CLEAN on a PRESENT or SHADOW page: the swap copy (id, idx) is still identical, and a PRESENT clean
  * page is write-protected (UFFDIO_COPY_MODE_WP), so that the first write reaches us and drops the copy.
  * Resident = PRESENT + SHADOW.
@@ -53,6 +56,7 @@ enum { PG_NONE = 0, PG_PRESENT = 1, PG_SHADOW = 2, PG_SWAPPED = 3 };
 #define PG_IDX_SHIFT 3
 #define PG_IDX_MASK  (511ull << PG_IDX_SHIFT)
 #define PG_ID_SHIFT  32
+#define PG_POISON    (1ull << 12) /* on a NONE page, see above */
 
 static inline unsigned pg_kind(uint64_t w)
 {

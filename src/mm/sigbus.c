@@ -79,8 +79,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 	old = sig_old;
 	if (si->si_code == BUS_ADRERR && sig_fault_flags(uc, &wp, &write)) {
 		/* First the regions of every instance, then a range one of them may have grown. */
-		for (int pass = 0; pass < 2 && ret; pass++)
-			for (unsigned i = 0; i < MM_SIGBUS_MAX && ret; i++) {
+		for (int pass = 0; pass < 2 && ret == -ENOENT; pass++)
+			for (unsigned i = 0; i < MM_SIGBUS_MAX && ret == -ENOENT; i++) {
 				struct uswap_mm *m = sig_mm[i];
 				unsigned slot;
 				unsigned char *stage;

@@ -57,7 +57,7 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 				n, (unsigned long)region_addr(r, i), uswap_errmsg()[0] ? uswap_errmsg() : strerror(-ret));
 		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), n);
 		for (size_t j = 0; j < n; j++)
-			r->pages[i + j] = PG_NONE;
+			r->pages[i + j] = PG_NONE | PG_POISON;
 		uffd_poison(m->uffd, region_addr(r, i), n * MM_PAGE);
 		return 0;
 	}
@@ -149,7 +149,9 @@ int swapin_folio(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, 
 		case PG_PRESENT:
 			break;
 		case PG_NONE:
-			while (i + n < end && pg_kind(r->pages[i + n]) == PG_NONE)
+			if (w & PG_POISON) /* stays poisoned: the kernel answers its touches */
+				break;
+			while (i + n < end && r->pages[i + n] == PG_NONE)
 				n++;
 			ret = in_zero(m, r, i, n, wake, &dp);
 			break;
