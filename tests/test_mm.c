@@ -994,7 +994,8 @@ static void test_mm_validate_catches(void)
 	/* two swapped pages naming the same swap page */
 	CHECK_EQ(validate_with(m, &r->pages[swapped + 1], 8, r->pages[swapped]), -EUCLEAN);
 	/* a swapped page naming a page its swap folio does not have */
-	CHECK_EQ(validate_with(m, &r->pages[swapped], 8, pg_make(PG_SWAPPED, pg_id(r->pages[swapped]), 511, false)),
+	CHECK_EQ(validate_with(m, &r->pages[swapped], 8,
+			       pg_make(PG_SWAPPED, pg_id(r->pages[swapped]), 511, false)),
 		 -EUCLEAN);
 	/* a folio word whose swapped count is off by one */
 	{

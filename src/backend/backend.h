@@ -98,7 +98,8 @@ struct uswap_backend_ops {
 	 * release or move running. Return: pages held, or -EUCLEAN (the first broken invariant is on
 	 * stderr, see err_invariant()).
 	 */
-	ssize_t (*validate)(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle), void *arg);
+	ssize_t (*validate)(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle),
+			    void *arg);
 };
 
 /* Test hook: fail the nth next call of an op with err (see backend_inject()). */
@@ -156,7 +157,8 @@ static inline bool backend_has(const struct backend *b, unsigned cap)
 }
 
 /* The validate op if the backend has one. Return: what it returns, or -EOPNOTSUPP without it. */
-ssize_t backend_validate(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle), void *arg);
+ssize_t backend_validate(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle),
+			 void *arg);
 
 /* Test hook: from now, the @nth next store (load) fails with @err; @sticky: and every one after. */
 void backend_inject(struct backend *b, bool on_store, long nth, int err, bool sticky);

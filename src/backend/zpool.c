@@ -818,20 +818,21 @@ static int zv_free_list(struct zpool *zp, uint8_t *tags, uint32_t head, uint8_t 
 		struct zblock *b;
 
 		if (i >= zp->hwm)
-			return err_invariant("zpool: block %u on the %s list is above the high water %u", i, name,
-					     zp->hwm);
+			return err_invariant("zpool: block %u on the %s list is above the high water %u", i,
+					     name, zp->hwm);
 		if (tags[i])
-			return err_invariant("zpool: block %u on the %s list is on another list (tags %#x)", i,
-					     name, tags[i]);
+			return err_invariant("zpool: block %u on the %s list is on another list (tags %#x)",
+					     i, name, tags[i]);
 		tags[i] = tag;
 		b = &zp->blocks[i];
 		if (b->state != ZB_FREE)
-			return err_invariant("zpool: block %u on the %s list has state %u", i, name, b->state);
+			return err_invariant("zpool: block %u on the %s list has state %u", i, name,
+					     b->state);
 		if (tag == ZV_WARM && !b->populated)
 			return err_invariant("zpool: warm block %u is not populated", i);
 		if (tag == ZV_FREE && (b->populated || b->nr_alloc))
-			return err_invariant("zpool: released block %u is populated (%u) or has slots (%u)", i,
-					     b->populated, b->nr_alloc);
+			return err_invariant("zpool: released block %u is populated (%u) or has slots (%u)",
+					     i, b->populated, b->nr_alloc);
 		++*count;
 	}
 	return 0;
@@ -850,8 +851,8 @@ static int zv_block(struct zpool *zp, uint32_t i, bool (*held)(void *, uint32_t,
 	uint32_t nfree = 0, nlive = 0;
 
 	if (b->nr_alloc > c->per_block || b->nr_used > b->nr_alloc || !b->nr_used)
-		return err_invariant("zpool: block %u of class %u: %u used of %u slots taken, %u per block", i,
-				     b->cls, b->nr_used, b->nr_alloc, c->per_block);
+		return err_invariant("zpool: block %u of class %u: %u used of %u slots taken, %u per block",
+				     i, b->cls, b->nr_used, b->nr_alloc, c->per_block);
 	if ((b->state == ZB_FULL) != (!b->free_head && b->nr_alloc == c->per_block))
 		return err_invariant("zpool: block %u is %s with free head %u and %u of %u slots taken", i,
 				     b->state == ZB_FULL ? "full" : "partial", b->free_head, b->nr_alloc,
@@ -877,26 +878,30 @@ static int zv_block(struct zpool *zp, uint32_t i, bool (*held)(void *, uint32_t,
 
 		if (!owner) {
 			if (!(seen[s / 64] >> (s % 64) & 1))
-				return err_invariant("zpool: block %u: slot %u has no owner and is not on the free "
-						     "chain",
-						     i, s);
+				return err_invariant(
+					"zpool: block %u: slot %u has no owner and is not on the free "
+					"chain",
+					i, s);
 			continue;
 		}
 		if (!len || len > zp->reject_len || class_of(zp, len) != b->cls)
-			return err_invariant("zpool: block %u slot %u (owner %u): length %u does not belong in "
-					     "class %u (reject above %zu)",
-					     i, s, owner, len, b->cls, zp->reject_len);
+			return err_invariant(
+				"zpool: block %u slot %u (owner %u): length %u does not belong in "
+				"class %u (reject above %zu)",
+				i, s, owner, len, b->cls, zp->reject_len);
 		if (held && !held(arg, owner, h))
-			return err_invariant("zpool: handle %#llx (block %u slot %u) holds a page of owner %u "
-					     "that the layer does not know there",
-					     (unsigned long long)h, i, s, owner);
+			return err_invariant(
+				"zpool: handle %#llx (block %u slot %u) holds a page of owner %u "
+				"that the layer does not know there",
+				(unsigned long long)h, i, s, owner);
 		*data += len;
 		nlive++;
 	}
 	if (nlive != b->nr_used || nfree != (uint32_t)(b->nr_alloc - b->nr_used))
-		return err_invariant("zpool: block %u: %u live objects and %u free slots, but nr_used %u of %u "
-				     "taken",
-				     i, nlive, nfree, b->nr_used, b->nr_alloc);
+		return err_invariant(
+			"zpool: block %u: %u live objects and %u free slots, but nr_used %u of %u "
+			"taken",
+			i, nlive, nfree, b->nr_used, b->nr_alloc);
 	*live += nlive;
 	return 0;
 }
@@ -934,14 +939,15 @@ static ssize_t zpool_validate(struct backend *b, bool (*held)(void *arg, uint32_
 		struct zblock *blk;
 
 		if (i >= zp->hwm || tags[i]) {
-			ret = err_invariant("zpool: LRU block %u above the high water %u, or a cycle", i, zp->hwm);
+			ret = err_invariant("zpool: LRU block %u above the high water %u, or a cycle", i,
+					    zp->hwm);
 			goto out_unlock;
 		}
 		tags[i] = ZV_LRU;
 		blk = &zp->blocks[i];
 		if (blk->lru_prev != prev || blk->state == ZB_FREE || blk->cls >= zp->nr_classes) {
-			ret = err_invariant("zpool: LRU block %u: prev %u (expected %u), state %u, class %u", i,
-					    blk->lru_prev, prev, blk->state, blk->cls);
+			ret = err_invariant("zpool: LRU block %u: prev %u (expected %u), state %u, class %u",
+					    i, blk->lru_prev, prev, blk->state, blk->cls);
 			goto out_unlock;
 		}
 		nr_lru++;
@@ -957,8 +963,9 @@ static ssize_t zpool_validate(struct backend *b, bool (*held)(void *arg, uint32_
 	if (ret)
 		goto out_unlock;
 	if (nr_lru + nr_warm + nr_free != zp->hwm) {
-		ret = err_invariant("zpool: %u blocks in use, %u warm and %u released, but the high water is %u",
-				    nr_lru, nr_warm, nr_free, zp->hwm);
+		ret = err_invariant(
+			"zpool: %u blocks in use, %u warm and %u released, but the high water is %u", nr_lru,
+			nr_warm, nr_free, zp->hwm);
 		goto out_unlock;
 	}
 	if (zp->warm_bytes != (uint64_t)nr_warm * block_bytes(zp)) {
@@ -975,17 +982,19 @@ static ssize_t zpool_validate(struct backend *b, bool (*held)(void *arg, uint32_
 
 			if (i >= zp->hwm || tags[i] != ZV_LRU || blk->cls != ci || blk->state != ZB_PARTIAL ||
 			    blk->prev != prev) {
-				ret = err_invariant("zpool: class %u partial list: block %u (tags %#x, class %u, "
-						    "state %u, prev %u, expected %u)",
-						    ci, i, i < zp->hwm ? tags[i] : 0, blk->cls, blk->state,
-						    blk->prev, prev);
+				ret = err_invariant(
+					"zpool: class %u partial list: block %u (tags %#x, class %u, "
+					"state %u, prev %u, expected %u)",
+					ci, i, i < zp->hwm ? tags[i] : 0, blk->cls, blk->state, blk->prev,
+					prev);
 				goto out_unlock;
 			}
 			tags[i] |= ZV_PARTIAL;
 		}
 		if (c->tail != prev || c->nr_blocks != per_class[ci]) {
-			ret = err_invariant("zpool: class %u: tail %u (list ends at %u), %u blocks (counted %u)",
-					    ci, c->tail, prev, c->nr_blocks, per_class[ci]);
+			ret = err_invariant(
+				"zpool: class %u: tail %u (list ends at %u), %u blocks (counted %u)", ci,
+				c->tail, prev, c->nr_blocks, per_class[ci]);
 			goto out_unlock;
 		}
 	}
@@ -999,8 +1008,9 @@ static ssize_t zpool_validate(struct backend *b, bool (*held)(void *arg, uint32_
 		if (!(tags[i] & ZV_LRU))
 			continue;
 		if ((blk->state == ZB_PARTIAL) != !!(tags[i] & ZV_PARTIAL)) {
-			ret = err_invariant("zpool: block %u has state %u but is %son its class's partial list", i,
-					    blk->state, tags[i] & ZV_PARTIAL ? "" : "not ");
+			ret = err_invariant(
+				"zpool: block %u has state %u but is %son its class's partial list", i,
+				blk->state, tags[i] & ZV_PARTIAL ? "" : "not ");
 			goto out_unlock;
 		}
 		ret = zv_block(zp, i, held, arg, &data, &live);
@@ -1010,18 +1020,20 @@ static ssize_t zpool_validate(struct backend *b, bool (*held)(void *arg, uint32_
 		committed += block_committed(zp, blk);
 	}
 	if (live != zp->nr_objs || data != zp->data_bytes || obj != zp->obj_bytes) {
-		ret = err_invariant("zpool: %u objects of %llu data bytes (%llu with rounding), counted as %llu "
-				    "of %llu (%llu)",
-				    live, (unsigned long long)data, (unsigned long long)obj,
-				    (unsigned long long)zp->nr_objs, (unsigned long long)zp->data_bytes,
-				    (unsigned long long)zp->obj_bytes);
+		ret = err_invariant(
+			"zpool: %u objects of %llu data bytes (%llu with rounding), counted as %llu "
+			"of %llu (%llu)",
+			live, (unsigned long long)data, (unsigned long long)obj,
+			(unsigned long long)zp->nr_objs, (unsigned long long)zp->data_bytes,
+			(unsigned long long)zp->obj_bytes);
 		goto out_unlock;
 	}
 	if (committed != zp->committed || committed > zp->open_bytes || zp->max_bytes > zp->open_bytes) {
-		ret = err_invariant("zpool: committed %llu, blocks add up to %llu; capacity %llu, opened with "
-				    "%llu",
-				    (unsigned long long)zp->committed, (unsigned long long)committed,
-				    (unsigned long long)zp->max_bytes, (unsigned long long)zp->open_bytes);
+		ret = err_invariant(
+			"zpool: committed %llu, blocks add up to %llu; capacity %llu, opened with "
+			"%llu",
+			(unsigned long long)zp->committed, (unsigned long long)committed,
+			(unsigned long long)zp->max_bytes, (unsigned long long)zp->open_bytes);
 		goto out_unlock;
 	}
 	ret = live;

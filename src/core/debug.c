@@ -42,15 +42,16 @@ static int validate_alloc(struct desc_table *t, uint32_t hwm)
 		for (unsigned w = 0; w < DESC_CLUSTER / 64; w++)
 			pop += (unsigned)__builtin_popcountll(c->used[w]);
 		if (c->nr_free != DESC_CLUSTER - pop || c->on_list != (c->nr_free > 0))
-			return err_invariant("descriptors: cluster %u has %u free in its map, nr_free %u, on the "
-					     "partial list: %u",
-					     ci, DESC_CLUSTER - pop, c->nr_free, c->on_list);
+			return err_invariant(
+				"descriptors: cluster %u has %u free in its map, nr_free %u, on the "
+				"partial list: %u",
+				ci, DESC_CLUSTER - pop, c->nr_free, c->on_list);
 		on_list += c->on_list;
 		used += pop;
 	}
 	if (used != t->nr_used)
-		return err_invariant("descriptors: %llu in use in the maps, nr_used %llu", (unsigned long long)used,
-				     (unsigned long long)t->nr_used);
+		return err_invariant("descriptors: %llu in use in the maps, nr_used %llu",
+				     (unsigned long long)used, (unsigned long long)t->nr_used);
 	for (uint32_t ci = t->partial; ci != UINT32_MAX; prev = ci, ci = t->clusters[ci].next) {
 		if (ci >= hwm || !t->clusters[ci].on_list || t->clusters[ci].prev != prev || ++listed > hwm)
 			return err_invariant("descriptors: partial list: cluster %u (prev %u, expected %u; "
@@ -59,7 +60,8 @@ static int validate_alloc(struct desc_table *t, uint32_t hwm)
 					     ci < hwm ? t->clusters[ci].on_list : 0, hwm);
 	}
 	if (listed != on_list)
-		return err_invariant("descriptors: %u clusters on the partial list, %u marked so", listed, on_list);
+		return err_invariant("descriptors: %u clusters on the partial list, %u marked so", listed,
+				     on_list);
 	if (t->cur != UINT32_MAX && t->cur >= hwm)
 		return err_invariant("descriptors: current cluster %u of %u in use", t->cur, hwm);
 	return 0;
@@ -87,14 +89,15 @@ static int validate_runs(struct uswap *u, uint32_t hwm, uint64_t *per_tier, uint
 				return err_invariant("descriptor %u is locked at a quiescent point", id);
 			if (!used_bit(c, b)) {
 				if (m & (DESC_LIVE | DESC_HEAD))
-					return err_invariant("descriptor %u is free in its cluster's map but %s", id,
-							     m & DESC_HEAD ? "a folio head" : "live");
+					return err_invariant(
+						"descriptor %u is free in its cluster's map but %s", id,
+						m & DESC_HEAD ? "a folio head" : "live");
 				b++;
 				continue;
 			}
 			if (!(m & DESC_HEAD))
-				return err_invariant("descriptor %u is in use but in no folio (no head before it)",
-						     id);
+				return err_invariant(
+					"descriptor %u is in use but in no folio (no head before it)", id);
 			n = desc_npages(m);
 			if (b + n > DESC_CLUSTER)
 				return err_invariant("folio %u of %u pages crosses its cluster's end", id, n);
@@ -103,24 +106,27 @@ static int validate_runs(struct uswap *u, uint32_t hwm, uint64_t *per_tier, uint
 				unsigned tier = desc_tier(mj);
 
 				if (!used_bit(c, b + j) || (j && (mj & DESC_HEAD)) || (mj & DESC_LOCK))
-					return err_invariant("folio %u: page %u (descriptor %u) is %s", id, j, id + j,
+					return err_invariant("folio %u: page %u (descriptor %u) is %s", id, j,
+							     id + j,
 							     !used_bit(c, b + j) ? "free in the map"
 							     : mj & DESC_LOCK    ? "locked"
 										 : "another folio's head");
 				if (!(mj & DESC_LIVE))
 					continue;
 				if (tier >= u->nr_tiers)
-					return err_invariant("folio %u: page %u is in tier %u of %u", id, j, tier,
-							     u->nr_tiers);
+					return err_invariant("folio %u: page %u is in tier %u of %u", id, j,
+							     tier, u->nr_tiers);
 				if (!(tiers & 1u << tier))
-					return err_invariant("folio %u: page %u is in tier %u, which cluster %u does "
-							     "not note (swapoff would miss it)",
-							     id, j, tier, ci);
+					return err_invariant(
+						"folio %u: page %u is in tier %u, which cluster %u does "
+						"not note (swapoff would miss it)",
+						id, j, tier, ci);
 				per_tier[tier]++;
 				live++;
 			}
 			if (!live)
-				return err_invariant("folio %u of %u pages has no live page but was not freed", id, n);
+				return err_invariant(
+					"folio %u of %u pages has no live page but was not freed", id, n);
 			++*folios;
 			b += n;
 		}
@@ -192,8 +198,8 @@ int uswap_debug_validate(struct uswap *u)
 		}
 		/* each of its pages is a distinct live descriptor of the tier: equal counts, the same pages */
 		if ((uint64_t)n != per_tier[t]) {
-			ret = err_invariant("tier %u (%s) holds %zd pages, the layer has %llu there", t, b->spec, n,
-					    (unsigned long long)per_tier[t]);
+			ret = err_invariant("tier %u (%s) holds %zd pages, the layer has %llu there", t,
+					    b->spec, n, (unsigned long long)per_tier[t]);
 			goto out_unlock;
 		}
 	}

@@ -82,8 +82,8 @@ static uintptr_t touched_next(struct touched *t, uintptr_t a)
 /* Sums over the page words of every region, and the references to swap pages seen so far. */
 struct mm_sums {
 	uint64_t resident, inactive, swapped, clean, copies;
-	uint64_t *refs;     /* bit per descriptor number: named by a page word */
-	uint64_t id_limit;  /* descriptor numbers below it */
+	uint64_t *refs;    /* bit per descriptor number: named by a page word */
+	uint64_t id_limit; /* descriptor numbers below it */
 };
 
 static int validate_page(struct uswap_mm *m, struct mm_region *r, size_t i, struct mm_sums *s)
@@ -99,32 +99,34 @@ static int validate_page(struct uswap_mm *m, struct mm_region *r, size_t i, stru
 		return err_invariant("page %#lx (region %#lx): NONE but word %#llx", (unsigned long)a,
 				     (unsigned long)r->start, (unsigned long long)w);
 	if (k == PG_SWAPPED && (w & PG_CLEAN))
-		return err_invariant("page %#lx (region %#lx): SWAPPED and clean (word %#llx)", (unsigned long)a,
-				     (unsigned long)r->start, (unsigned long long)w);
+		return err_invariant("page %#lx (region %#lx): SWAPPED and clean (word %#llx)",
+				     (unsigned long)a, (unsigned long)r->start, (unsigned long long)w);
 	s->resident += k == PG_PRESENT || k == PG_SHADOW;
 	s->inactive += k == PG_SHADOW;
 	s->swapped += k == PG_SWAPPED;
 	s->clean += k != PG_SWAPPED && (w & PG_CLEAN);
 	if (!pg_has_copy(w)) {
 		if (w >> PG_IDX_SHIFT)
-			return err_invariant("page %#lx (region %#lx): %s without a copy but swap id %u idx %u",
-					     (unsigned long)a, (unsigned long)r->start,
-					     k == PG_PRESENT ? "PRESENT" : "SHADOW", pg_id(w), pg_idx(w));
+			return err_invariant(
+				"page %#lx (region %#lx): %s without a copy but swap id %u idx %u",
+				(unsigned long)a, (unsigned long)r->start,
+				k == PG_PRESENT ? "PRESENT" : "SHADOW", pg_id(w), pg_idx(w));
 		return 0;
 	}
 	if (!pg_id(w) || !uswap_debug_page_live(m->swap, pg_id(w), pg_idx(w)))
 		return err_invariant("page %#lx (region %#lx): %s names page %u of swap id %u, which is not "
 				     "live in the layer",
-				     (unsigned long)a, (unsigned long)r->start, k == PG_SWAPPED ? "SWAPPED" : "clean",
-				     pg_idx(w), pg_id(w));
+				     (unsigned long)a, (unsigned long)r->start,
+				     k == PG_SWAPPED ? "SWAPPED" : "clean", pg_idx(w), pg_id(w));
 	ref = (uint64_t)pg_id(w) + pg_idx(w);
 	if (ref >= s->id_limit)
-		return err_invariant("page %#lx: swap page %llu beyond the descriptors in use", (unsigned long)a,
-				     (unsigned long long)ref);
+		return err_invariant("page %#lx: swap page %llu beyond the descriptors in use",
+				     (unsigned long)a, (unsigned long long)ref);
 	if (s->refs[ref / 64] >> (ref % 64) & 1)
-		return err_invariant("page %#lx (region %#lx): page %u of swap id %u is named by another page "
-				     "word too",
-				     (unsigned long)a, (unsigned long)r->start, pg_idx(w), pg_id(w));
+		return err_invariant(
+			"page %#lx (region %#lx): page %u of swap id %u is named by another page "
+			"word too",
+			(unsigned long)a, (unsigned long)r->start, pg_idx(w), pg_id(w));
 	s->refs[ref / 64] |= 1ull << (ref % 64);
 	s->copies++;
 	return 0;
@@ -134,15 +136,17 @@ static int validate_page(struct uswap_mm *m, struct mm_region *r, size_t i, stru
 static int validate_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, struct mm_sums *s)
 {
 	uint32_t f = atomic_load(&r->folios[fi]), want = 0, swapped = 0, clean = 0;
-	uint32_t known = FL_LOCK | FL_WAIT | FL_REF | FL_PRESENT | FL_SHADOW | FL_PINNED | FL_SWAPPED | FL_COUNTS;
+	uint32_t known =
+		FL_LOCK | FL_WAIT | FL_REF | FL_PRESENT | FL_SHADOW | FL_PINNED | FL_SWAPPED | FL_COUNTS;
 	uintptr_t fa = r->fbase + (fi << (MM_PAGE_SHIFT + r->folio_shift));
 	size_t first, end;
 	int ret;
 
 	if (f & (FL_LOCK | FL_WAIT) || f & ~known)
-		return err_invariant("folio %#lx (region %#lx): word %#x is locked, waited on, or has unknown "
-				     "bits",
-				     (unsigned long)fa, (unsigned long)r->start, f);
+		return err_invariant(
+			"folio %#lx (region %#lx): word %#x is locked, waited on, or has unknown "
+			"bits",
+			(unsigned long)fa, (unsigned long)r->start, f);
 	region_folio_pages(r, fi, &first, &end);
 	for (size_t i = first; i < end; i++) {
 		unsigned k = pg_kind(r->pages[i]);
@@ -180,10 +184,11 @@ static int validate_region(struct uswap_mm *m, struct mm_region *r, struct mm_su
 	    r->nr_pages != (r->end - r->start) >> MM_PAGE_SHIFT ||
 	    r->nr_folios != (r->end - r->fbase + fbytes - 1) / fbytes || r->pages != (uint64_t *)(r + 1) ||
 	    (void *)r->groups != (void *)(r->pages + r->nr_pages))
-		return err_invariant("region [%#lx, %#lx): shadow %#lx, folio shift %u, fbase %#lx, %zu pages, %zu "
-				     "folios: not its geometry",
-				     (unsigned long)r->start, (unsigned long)r->end, (unsigned long)r->shadow,
-				     r->folio_shift, (unsigned long)r->fbase, r->nr_pages, r->nr_folios);
+		return err_invariant(
+			"region [%#lx, %#lx): shadow %#lx, folio shift %u, fbase %#lx, %zu pages, %zu "
+			"folios: not its geometry",
+			(unsigned long)r->start, (unsigned long)r->end, (unsigned long)r->shadow,
+			r->folio_shift, (unsigned long)r->fbase, r->nr_pages, r->nr_folios);
 	tp.walked = (uintptr_t)r->pages;
 	tf.walked = (uintptr_t)r->folios;
 	while (fi < r->nr_folios) {
@@ -248,8 +253,9 @@ int mm_validate(struct uswap_mm *m)
 		if (ri && m->tbl[ri - 1]->end > r->start)
 			ret = err_invariant("region table: [%#lx, %#lx) before [%#lx, %#lx): out of order or "
 					    "overlapping",
-					    (unsigned long)m->tbl[ri - 1]->start, (unsigned long)m->tbl[ri - 1]->end,
-					    (unsigned long)r->start, (unsigned long)r->end);
+					    (unsigned long)m->tbl[ri - 1]->start,
+					    (unsigned long)m->tbl[ri - 1]->end, (unsigned long)r->start,
+					    (unsigned long)r->end);
 		else
 			ret = validate_region(m, r, &s);
 	}
@@ -257,21 +263,22 @@ int mm_validate(struct uswap_mm *m)
 		goto out_unlock;
 	if (s.resident != atomic_load(&m->resident) || s.inactive != atomic_load(&m->inactive) ||
 	    s.swapped != atomic_load(&m->swapped) || s.clean != atomic_load(&m->clean)) {
-		ret = err_invariant("counters: resident %llu, inactive %llu, swapped %llu, clean %llu; the page "
-				    "words say %llu, %llu, %llu, %llu",
-				    (unsigned long long)atomic_load(&m->resident),
-				    (unsigned long long)atomic_load(&m->inactive),
-				    (unsigned long long)atomic_load(&m->swapped),
-				    (unsigned long long)atomic_load(&m->clean), (unsigned long long)s.resident,
-				    (unsigned long long)s.inactive, (unsigned long long)s.swapped,
-				    (unsigned long long)s.clean);
+		ret = err_invariant(
+			"counters: resident %llu, inactive %llu, swapped %llu, clean %llu; the page "
+			"words say %llu, %llu, %llu, %llu",
+			(unsigned long long)atomic_load(&m->resident),
+			(unsigned long long)atomic_load(&m->inactive),
+			(unsigned long long)atomic_load(&m->swapped),
+			(unsigned long long)atomic_load(&m->clean), (unsigned long long)s.resident,
+			(unsigned long long)s.inactive, (unsigned long long)s.swapped,
+			(unsigned long long)s.clean);
 		goto out_unlock;
 	}
 	/* Distinct live pages, as many as the layer has: no page of the layer is lost to mm. */
 	if (s.copies != uswap_debug_live_pages(m->swap)) {
-		ret = err_invariant("the page words name %llu swap pages, the layer holds %llu: a copy leaked",
-				    (unsigned long long)s.copies,
-				    (unsigned long long)uswap_debug_live_pages(m->swap));
+		ret = err_invariant(
+			"the page words name %llu swap pages, the layer holds %llu: a copy leaked",
+			(unsigned long long)s.copies, (unsigned long long)uswap_debug_live_pages(m->swap));
 		goto out_unlock;
 	}
 	ret = uswap_debug_validate(m->swap);
