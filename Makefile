@@ -1,5 +1,5 @@
 # uswap build. `make` builds build/libuswap.{so,a}, build/uswap and uswap.pc; `make check` runs the tests.
-# Variants: make SAN=address,undefined check | make SAN=thread check | make DEBUG=2 check
+# Variants: make SAN=address,undefined check | make SAN=thread check | make DEBUG=1 check (build-debug/)
 # Sources are picked up by directory, so a new backend or test is a new file, not a Makefile edit.
 
 PREFIX ?= /usr/local
@@ -27,8 +27,12 @@ CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=a
 LDSAN := -fsanitize=$(SAN)
 override BUILD := $(BUILD)-$(subst $(comma),-,$(SAN))
 endif
+# DEBUG=1: the invariant walkers (mm_validate(), uswap_debug_validate(), the zpool's) are compiled in
+# and every test runs them before it destroys a layer or an instance. Objects of their own directory:
+# a DEBUG object never mixes with a plain one.
 ifneq ($(DEBUG),)
 CFLAGS_BASE += -DUSWAP_DEBUG=$(DEBUG)
+override BUILD := $(BUILD)-debug
 endif
 CFLAGS_ALL := $(CFLAGS_BASE) $(CFLAGS)
 

@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/debug.h"
+#include "mm/mm.h"
 #include "util/pagegen.h"
 #include "uswap.h"
 
@@ -91,6 +93,43 @@ void check_tier_stats(struct uswap *u, unsigned t, struct uswap_tier_stats *out)
 
 	uswap_stats(u, &st);
 	*out = st.tier[t];
+}
+
+/* ---- invariant walkers at the end of each test (DEBUG builds) ---- */
+
+static void validated(int ret, const char *what, const char *file, int line)
+{
+	if (ret) {
+		fprintf(stderr, "%s:%d: [%s] %s: %d %s\n", file, line, check_test, what, ret, uswap_errmsg());
+		check_failures++;
+	}
+}
+
+void check_validate_at(struct uswap *u, const char *file, int line)
+{
+#if USWAP_DEBUG
+	validated(uswap_debug_validate(u), "uswap_debug_validate()", file, line);
+#else
+	(void)u, (void)file, (void)line, (void)validated;
+#endif
+}
+
+void check_validate_mm_at(struct uswap_mm *m, const char *file, int line)
+{
+#if USWAP_DEBUG
+	validated(mm_validate(m), "mm_validate()", file, line);
+#else
+	(void)m, (void)file, (void)line;
+#endif
+}
+
+int check_debug_build(void)
+{
+#if USWAP_DEBUG
+	return 1;
+#else
+	return 0;
+#endif
 }
 
 /* ---- signals the program blocks stay the program's ---- */

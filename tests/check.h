@@ -80,6 +80,37 @@ struct uswap *check_layer(const char *spec, int background);
 void check_tier_stats(struct uswap *u, unsigned t, struct uswap_tier_stats *out);
 
 /*
+ * check_validate() / check_validate_mm() - in DEBUG builds (make DEBUG=1), run the invariant walkers
+ * as a check: uswap_debug_validate() of a layer (descriptors, tiers, the pool's validator), or
+ * mm_validate() of an instance (regions, page and folio words, counters, then its layer). Nothing in
+ * other builds. Context: quiescent, no store, load, free or fault of the test running.
+ * check_destroy() / check_mm_destroy(): that, then uswap_destroy() / uswap_mm_destroy(); the tests
+ * destroy through them, so `make DEBUG=1 check` runs every walker at the end of every test. A
+ * failure names the caller's line.
+ */
+struct uswap_mm;
+void check_validate_at(struct uswap *u, const char *file, int line);
+void check_validate_mm_at(struct uswap_mm *m, const char *file, int line);
+#define check_validate(u)    check_validate_at((u), __FILE__, __LINE__)
+#define check_validate_mm(m) check_validate_mm_at((m), __FILE__, __LINE__)
+#define check_destroy(u)                                                                                \
+	do {                                                                                            \
+		struct uswap *u_ = (u);                                                                 \
+		if (u_)                                                                                 \
+			check_validate_at(u_, __FILE__, __LINE__);                                      \
+		uswap_destroy(u_);                                                                      \
+	} while (0)
+#define check_mm_destroy(m)                                                                             \
+	do {                                                                                            \
+		struct uswap_mm *m_ = (m);                                                              \
+		if (m_)                                                                                 \
+			check_validate_mm_at(m_, __FILE__, __LINE__);                                   \
+		uswap_mm_destroy(m_);                                                                   \
+	} while (0)
+/* Whether the walkers are compiled in (DEBUG builds): the tests of the walkers themselves need them. */
+int check_debug_build(void);
+
+/*
  * check_signals_stay_pending() - SIGUSR1 and SIGUSR2 blocked in the calling thread and in two threads
  * it starts (the test's own threads; the library may run any of its own meanwhile): a kill() of the
  * process leaves them pending, to be taken by sigtimedwait() and by a signalfd, and no handler runs.

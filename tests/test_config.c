@@ -44,7 +44,7 @@ static void good_strings_work(void)
 		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
 		CHECK_EQ(uswap_load(u, id, back, 1), 0);
 		CHECK_MEM(back, page, 4096);
-		uswap_destroy(u);
+		check_destroy(u);
 	}
 	/* NULL and "" mean the default stack */
 	struct uswap *u = NULL;
@@ -56,7 +56,7 @@ static void good_strings_work(void)
 		CHECK(!strcmp(st.tier[0].name, "same"));
 		CHECK(!strcmp(st.tier[1].name, "zpool"));
 		CHECK(!strcmp(st.tier[2].name, "file"));
-		uswap_destroy(u);
+		check_destroy(u);
 	}
 	free(page);
 	free(back);
@@ -123,7 +123,7 @@ static void bad_strings_are_refused(void)
 
 		if (ret == 0) {
 			fprintf(stderr, "\"%s\" was accepted\n", bad[i].spec);
-			uswap_destroy(u);
+			check_destroy(u);
 		}
 		CHECK(ret == -EINVAL || ret == -ENOENT || ret == -EACCES);
 		CHECK(u == NULL);
@@ -138,7 +138,7 @@ static void bad_strings_are_refused(void)
 	struct uswap *u = NULL;
 	int ret = uswap_create_opts(&u, &o);
 	if (!ret)
-		uswap_destroy(u);
+		check_destroy(u);
 	CHECK(ret == 0 || ret == -EINVAL);
 }
 
@@ -163,7 +163,7 @@ static void default_stack(void)
 		uswap_stats(u, &st);
 		CHECK_EQ(st.nr_tiers, 3);
 		CHECK_EQ(st.tier[1].capacity_bytes, 48ull << 20);
-		uswap_destroy(u);
+		check_destroy(u);
 	}
 }
 

@@ -130,7 +130,7 @@ static void burst(const char *spec)
 		CHECK_EQ(uswap_load(u, ids[i], dst, npages[i]), 0);
 		CHECK_MEM(dst, pages + (i % 48) * 4096, (size_t)npages[i] * 4096);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(src);
 	free(dst);
 }
@@ -186,7 +186,7 @@ static void writeback_allocates_nothing(void)
 		CHECK_EQ(uswap_load(u, ids[i], dst, 8), 0);
 		CHECK_MEM(dst, pages + (i % 8) * 4096, 8 * 4096);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(pages);
 	free(dst);
 }

@@ -41,7 +41,7 @@ static void test_file_roundtrip_folios(void)
 		CHECK_MEM(a, b, len);
 		CHECK_EQ(uswap_free(u, id), 0);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -56,7 +56,7 @@ static void test_file_full_refuses(void)
 	CHECK_EQ(uswap_create(&u, "file:size=8K"), 0);
 	CHECK(uswap_store(u, a, 4, &id) < 0);
 	CHECK_EQ(uswap_store(u, a, 2, &id), 0);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 }
 
@@ -90,7 +90,7 @@ static void test_file_writeback_and_swapoff(void)
 		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
 		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -122,7 +122,7 @@ static void test_file_named_mode_and_corruption(void)
 	CHECK_EQ(pwrite(fd, b, USWAP_PAGE_SIZE, 0), USWAP_PAGE_SIZE); /* slot 0: the first store */
 	close(fd);
 	CHECK_EQ(uswap_load(u, id, b, 1), -EBADMSG);
-	uswap_destroy(u);
+	check_destroy(u);
 	unlink(path);
 	free(a);
 	free(b);
@@ -173,7 +173,7 @@ static void test_file_threads(void)
 		pthread_join(t[i], NULL);
 		CHECK_EQ(m[i].bad, 0);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /* EIO on a file store: the page is refused and stays with the caller; EIO on load is reported. */
@@ -193,7 +193,7 @@ static void test_file_injected_eio(void)
 	CHECK(strstr(uswap_errmsg(), "swap id") != NULL); /* reported with the swap id */
 	CHECK_EQ(uswap_load(u, id, b, 1), 0);
 	CHECK_MEM(a, b, USWAP_PAGE_SIZE);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -242,7 +242,7 @@ static void test_file_every_folio_size(void)
 	CHECK_EQ(file_layout(testhook_tier(u, 0), &fl), 0);
 	CHECK_EQ(fl.used_pages, 0);
 	CHECK_EQ(fl.clusters_in_use, 0);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -286,7 +286,7 @@ static void test_file_writeback_stays_compressed(void)
 		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
 		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -311,7 +311,7 @@ static void test_file_writeback_corruption_detected(void)
 	CHECK_EQ(testhook_page(u, id, 0, &t, &h), 0);
 	CHECK_EQ(t, 1);
 	CHECK_EQ(uswap_load(u, id, b, 1), -EBADMSG);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -380,7 +380,7 @@ static void test_file_load_vec(void)
 	CHECK_EQ(t, 1);
 	CHECK_EQ(zpool_corrupt(testhook_tier(u, 1), h), 0);
 	CHECK_EQ(uswap_load_vec(u, vid, vidx, 2, b), -EBADMSG);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -450,7 +450,7 @@ static void test_file_writeback_under_pressure(void)
 	CHECK(st.tier[1].writeback_in > 0);
 	CHECK_EQ(st.csum_errors, 0);
 	CHECK_EQ(st.io_errors, 0);
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 struct reader_arg {
@@ -554,7 +554,7 @@ static void test_file_swapoff_while_loading(void)
 	CHECK_EQ(st.tier[1].pages, N * 4);
 	readers_stop(r, t, &stop);
 	check_text_folios(u, ids, N);
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /*
@@ -584,7 +584,7 @@ static void test_file_swapoff_plain_two_movers(void)
 	CHECK_EQ(st.tier[1].pages, N * 4);
 	CHECK_EQ(st.csum_errors, 0);
 	check_text_folios(u, ids, N);
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /* EIO while writing back and while swapping off: the pages stay where they were, intact. */
@@ -622,7 +622,7 @@ static void test_file_eio_while_moving(void)
 		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
 		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -654,7 +654,7 @@ static void test_file_punch_in_bulk(void)
 	CHECK(fl.punch_calls < fl.punched_clusters); /* neighbours went in one call */
 	CHECK_EQ(fstat(fl.fd, &st1), 0);
 	CHECK((uint64_t)st1.st_blocks * 512 <= (uint64_t)st0.st_blocks * 512 - (uint64_t)(N - 8) * (2 << 20));
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 }
 
@@ -681,7 +681,7 @@ static void test_file_nothing_left_after_destroy(void)
 	uswap_maintain(u); /* the staged page is on the disk now */
 	CHECK_EQ(pread(fd, b, USWAP_PAGE_SIZE, 0), USWAP_PAGE_SIZE);
 	CHECK_MEM(a, b, USWAP_PAGE_SIZE); /* the holder of a descriptor saw it while live (root test) */
-	uswap_destroy(u);
+	check_destroy(u);
 	CHECK_EQ(stat(path, &st), -1);
 	CHECK_EQ(fstat(fd, &st), 0);
 	CHECK_EQ(st.st_size, 0);
@@ -742,7 +742,7 @@ static void test_file_churn_fragmentation(void)
 	for (size_t k = 0; k < SLOTS; k++)
 		if (ids[k])
 			CHECK_EQ(uswap_free(u, ids[k]), 0);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -835,7 +835,7 @@ static void test_file_staged_plain(void)
 		CHECK_EQ(uswap_load(u, ids[f], b, 1), 0);
 		CHECK_MEM(a, b, PS);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }

@@ -110,7 +110,7 @@ static void test_fs_enospc_alone(void)
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
 	uswap_maintain(u);
 	CHECK_EQ(uswap_store(u, a, 4, &ids[0]), 0);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -149,7 +149,7 @@ static void test_fs_enospc_next_tier(void)
 		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
 		CHECK_MEM(a, b, USWAP_PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }
@@ -181,7 +181,7 @@ static void test_fs_block_device(void)
 		CHECK_EQ(uswap_load(u, ids[i], b, 8), 0);
 		CHECK_MEM(a, b, 8 * USWAP_PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	free(a);
 	free(b);
 }

@@ -19,6 +19,7 @@
 
 #include "check.h"
 #include "core/testhook.h"
+#include "mm/mm.h"
 #include "util/csum.h"
 #include "uswap.h"
 
@@ -112,12 +113,13 @@ static void test_mm_basic(void)
 	uswap_mm_stats(m, &st);
 	CHECK(st.swapins > 0);
 	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	uswap_mm_stats(m, &st);
 	CHECK_EQ(st.resident_bytes, 0);
 	CHECK_EQ(st.regions, 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -140,8 +142,9 @@ static void signals_blocked_mode(unsigned sigbus)
 	check_signals_stay_pending();
 	CHECK_EQ(verify_pages(p, n, sums), 0);
 	check_signals_stay_pending();
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -180,8 +183,9 @@ static void test_mm_sparse_huge(void)
 	for (size_t i = 0; i < n; i++)
 		bad += csum_buf(p + (i * 2654435761ul % (len / PS)) * PS, PS) != sums[i];
 	CHECK_EQ(bad, 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, len), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -228,9 +232,10 @@ static void test_mm_first_touch_sparse(void)
 		q[i * PS] = (unsigned char)i;
 	for (size_t i = 0; i < seq; i++)
 		CHECK_EQ(q[i * PS], (unsigned char)i);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, q, seq * PS), 0);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(vec);
 }
 
@@ -317,8 +322,9 @@ static void test_mm_pool_in_limit(void)
 	CHECK_EQ(uswap_mm_set_limit(m, 24 * MiB), 0);
 	stats_with_mem(m, &st, &mem);
 	CHECK(st.limit_bytes > 16 * MiB && st.limit_bytes + mem <= 24 * MiB + PS);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -380,8 +386,9 @@ static void test_mm_pool_share(void)
 	CHECK(st.pool_share_bytes <= budget / 2);
 	(void)sink;
 	CHECK_EQ(verify_pages(p, n, sums), 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -478,6 +485,7 @@ static void run_mt(struct uswap_mm *m, size_t n, unsigned nthreads, size_t folio
 	CHECK(st.swapins > 0);
 	CHECK(st.evictions > 0);
 	CHECK_EQ(st.load_failures, 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, mt.base, n * PS), 0);
 	CHECK_EQ(swap_pages(m), 0);
 	free(mt.sums);
@@ -497,7 +505,7 @@ static void test_mm_threads_4x_limit(void)
 		uswap_mm_stats(m, &st);
 		CHECK_EQ(st.sigbus_faults, 0); /* handler threads served them */
 	}
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 }
 
 /*
@@ -523,7 +531,7 @@ static void test_mm_batched_threads(void)
 		uswap_mm_stats(m, &st);
 		CHECK(st.demotions > 0);
 		CHECK(st.soft_faults > 0);
-		uswap_mm_destroy(m);
+		check_mm_destroy(m);
 	}
 }
 
@@ -565,9 +573,10 @@ static void discard_mode(bool batched)
 	for (size_t i = n - 32; i < n; i++)
 		sums[i] = put_page(p + i * PS, i, 1);
 	CHECK_EQ(verify_pages(p, n, sums), 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -590,7 +599,7 @@ static void test_mm_folio_sweep(void)
 		run_mt(m, 8192, 2, folios[k]);
 		uswap_mm_stats(m, &st);
 		CHECK(st.swapin_pages >= st.swapins);
-		uswap_mm_destroy(m);
+		check_mm_destroy(m);
 	}
 }
 
@@ -640,9 +649,10 @@ static void test_mm_sequential_readahead(void)
 		if (k == 2)
 			CHECK(file.loads > 0);
 		CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
+		check_validate_mm(m);
 		CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 		CHECK_EQ(swap_pages(m), 0);
-		uswap_mm_destroy(m);
+		check_mm_destroy(m);
 		free(sums);
 	}
 }
@@ -680,18 +690,19 @@ static void test_mm_sigbus_threads(void)
 	for (size_t i = 0; i < n / 2; i++)
 		sums[i] = csum_buf(zero_page, PS);
 	CHECK_EQ(verify_pages(p, n, sums), 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	uswap_mm_stats(m, &st);
 	CHECK(st.wp_faults > 0);
 	CHECK_EQ(st.load_failures, 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 	for (size_t k = 0; k < sizeof(folios) / sizeof(folios[0]); k++) {
 		m = mm_new_mode(8 * MiB, TIERS, folios[k], 1);
 		if (!m)
 			return;
 		run_mt(m, 8192, 2, folios[k]);
-		uswap_mm_destroy(m);
+		check_mm_destroy(m);
 	}
 }
 
@@ -739,8 +750,9 @@ static void test_mm_sigbus_syscalls(void)
 	CHECK_EQ(verify_pages(p, n, sums), 0);
 	close(fd[0]);
 	close(fd[1]);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -883,13 +895,130 @@ static void test_mm_cpu_affinity(void)
 	for (size_t i = 0; i < n; i++)
 		sums[i] = put_page(p + i * PS, i, 0);
 	CHECK_EQ(verify_pages(p, n, sums), 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 out:
 	free(sums);
+}
+
+/* ---- the walker itself (DEBUG builds) ---- */
+
+/*
+ * Replace *@word by @bad under the instance's locks, run mm_validate(), put the word back.
+ * Context: the reclaimer asleep (resident under the high watermark) and no thread touching the region.
+ */
+static int validate_with(struct uswap_mm *m, void *word, size_t size, uint64_t bad)
+{
+	uint64_t old = 0;
+	int ret;
+
+	pthread_mutex_lock(&m->reclaim_lock);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	memcpy(&old, word, size);
+	memcpy(word, &bad, size);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	pthread_mutex_unlock(&m->reclaim_lock);
+	ret = mm_validate(m);
+	pthread_mutex_lock(&m->reclaim_lock);
+	pthread_rwlock_wrlock(&m->tbl_lock);
+	memcpy(word, &old, size);
+	pthread_rwlock_unlock(&m->tbl_lock);
+	pthread_mutex_unlock(&m->reclaim_lock);
+	return ret;
+}
+
+/*
+ * mm_validate() finds a page word, a folio word, a counter and a leaked swap copy broken on purpose,
+ * one at a time, and passes again when each is put back.
+ */
+static void test_mm_validate_catches(void)
+{
+	const size_t n = 1024; /* 4 MiB under 1 MiB: some pages present, some swapped */
+	struct uswap_mm *m;
+	struct mm_region *r;
+	unsigned char *p;
+	size_t present = SIZE_MAX, swapped = SIZE_MAX;
+	uswap_id_t id;
+
+	if (!check_debug_build()) {
+		printf("  (the walkers are compiled in DEBUG builds only)\n");
+		return;
+	}
+	m = mm_new(1 * MiB, TIERS, 16 * PS);
+	if (!m)
+		return;
+	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
+	for (size_t i = 0; i < n; i++)
+		put_page(p + i * PS, i, 0);
+	/*
+	 * Reclaim done and asleep (resident at most the high watermark, nothing faulting): it stays so
+	 * while the words are broken. (Not uswap_mm_set_limit(m, 0): a reclaim run in progress then
+	 * chases an inactive target of 12% of "no limit" and does not end.)
+	 */
+	for (int tries = 0; tries < 100; tries++) {
+		bool idle;
+
+		pthread_mutex_lock(&m->reclaim_lock);
+		idle = atomic_load(&m->resident) <= atomic_load(&m->high_pages);
+		pthread_mutex_unlock(&m->reclaim_lock);
+		if (idle)
+			break;
+		usleep(20 * 1000);
+	}
+	CHECK_EQ(mm_validate(m), 0);
+
+	pthread_rwlock_rdlock(&m->tbl_lock);
+	r = region_find(m, (uintptr_t)p);
+	for (size_t i = 0; r && i < r->nr_pages; i++) {
+		unsigned k = pg_kind(r->pages[i]);
+
+		if (k == PG_PRESENT && present == SIZE_MAX)
+			present = i;
+		if (k == PG_SWAPPED && swapped == SIZE_MAX && i + 1 < r->nr_pages &&
+		    pg_kind(r->pages[i + 1]) == PG_SWAPPED && pg_copy_follows(r->pages[i], r->pages[i + 1]))
+			swapped = i;
+	}
+	pthread_rwlock_unlock(&m->tbl_lock);
+	CHECK(r != NULL);
+	CHECK(present != SIZE_MAX);
+	CHECK(swapped != SIZE_MAX);
+	if (!r || present == SIZE_MAX || swapped == SIZE_MAX)
+		goto out;
+
+	/* a present page turned inactive behind its folio word's back */
+	CHECK_EQ(validate_with(m, &r->pages[present], 8, (r->pages[present] & ~PG_KIND_MASK) | PG_SHADOW),
+		 -EUCLEAN);
+	/* a present page with a swap id but no PG_CLEAN */
+	CHECK_EQ(validate_with(m, &r->pages[present], 8, pg_make(PG_PRESENT, 1, 0, false)), -EUCLEAN);
+	/* two swapped pages naming the same swap page */
+	CHECK_EQ(validate_with(m, &r->pages[swapped + 1], 8, r->pages[swapped]), -EUCLEAN);
+	/* a swapped page naming a page its swap folio does not have */
+	CHECK_EQ(validate_with(m, &r->pages[swapped], 8,
+			       pg_make(PG_SWAPPED, pg_id(r->pages[swapped]), 511, false)),
+		 -EUCLEAN);
+	/* a folio word whose swapped count is off by one */
+	{
+		size_t fi = region_folio(r, region_addr(r, swapped));
+		uint32_t f = atomic_load(&r->folios[fi]);
+
+		CHECK_EQ(validate_with(m, (void *)&r->folios[fi], 4, f ^ 1u << FL_NSWAP_SHIFT), -EUCLEAN);
+		CHECK_EQ(validate_with(m, (void *)&r->folios[fi], 4, f | FL_LOCK), -EUCLEAN);
+	}
+	/* the resident counter */
+	CHECK_EQ(validate_with(m, (void *)&m->resident, 8, atomic_load(&m->resident) + 1), -EUCLEAN);
+	/* a swap page no page word names: a leak */
+	CHECK_EQ(uswap_store(uswap_mm_swap(m), zero_page, 1, &id), 0);
+	CHECK_EQ(mm_validate(m), -EUCLEAN);
+	CHECK_EQ(uswap_free(uswap_mm_swap(m), id), 0);
+
+	CHECK_EQ(mm_validate(m), 0);
+out:
+	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+	check_mm_destroy(m);
 }
 
 CHECK_MAIN(T(test_mm_basic), T(test_mm_signals_blocked), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
 	   T(test_mm_pool_in_limit), T(test_mm_pool_share), T(test_mm_threads_4x_limit), T(test_mm_batched_threads), T(test_mm_discard), T(test_mm_folio_sweep),
 	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
-	   T(test_mm_sigbus_foreign))
+	   T(test_mm_sigbus_foreign), T(test_mm_validate_catches))

@@ -130,6 +130,7 @@ static void check_accounting(struct uswap_mm *m)
 	CHECK_EQ(swapped * PS, st.swapped_bytes);
 	CHECK_EQ(clean * PS, st.clean_bytes);
 	CHECK(st.resident_bytes <= st.region_bytes);
+	check_validate_mm(m); /* DEBUG builds: all of it, exactly, under the instance's locks */
 }
 
 /* ---- a thread that keeps pages moving while the test changes the mappings ---- */
@@ -258,6 +259,7 @@ static void test_mm_munmap_madvise_mremap(void)
 	CHECK(st.events_unmap >= 1);
 	CHECK_EQ(st.load_failures, 0);
 	/* Piece by piece: the holes may hold someone else's mappings by now. */
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, 2600 * PS), 0);
 	CHECK_EQ(uswap_unmap(m, p + 2800 * PS, (moved0 - 2800) * PS), 0);
 	CHECK_EQ(uswap_unmap(m, p + (moved0 + moved_n) * PS, (n - moved0 - moved_n) * PS), 0);
@@ -266,7 +268,7 @@ static void test_mm_munmap_madvise_mremap(void)
 	CHECK_EQ(st.resident_bytes, 0);
 	CHECK_EQ(st.regions, 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -310,9 +312,10 @@ static void test_mm_fork(void)
 	uswap_mm_stats(m, &st);
 	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
 	check_accounting(m);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -358,9 +361,10 @@ static void test_mm_fork_idle(void)
 	CHECK(st.resident_bytes <= st.limit_bytes);
 	CHECK_EQ(verify_range(p, 0, n, sums), 0);
 	check_accounting(m);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -414,8 +418,9 @@ static void test_mm_fork_adopt(void)
 	for (size_t i = half; i < n; i++)
 		CHECK_EQ(p[i * PS], 0); /* untouched here: the child's writes stayed in the child */
 	check_accounting(m);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -498,9 +503,10 @@ static void test_mm_swapoff_running(void)
 	CHECK(swapins(m) > s0 + 1000);
 	CHECK_EQ(verify_range(p, 0, n, sums), 0);
 	check_accounting(m);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -551,9 +557,10 @@ static void test_mm_tier_fails(void)
 	uswap_mm_stats(m, &st);
 	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
 	check_accounting(m);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	CHECK_EQ(swap_pages(m), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -655,7 +662,7 @@ static void test_mm_madvise_storm(void)
 	CHECK(st.events_remove > 0);
 	CHECK_EQ(st.load_failures, 0);
 	check_accounting(m);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -717,9 +724,10 @@ static void test_mm_fork_dontfork(void)
 	CHECK_EQ(verify_range(a, 0, n, sums), 0);
 	CHECK_EQ(verify_range(b, 0, n, sums + n), 0);
 	check_accounting(m);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, a, n * PS), 0);
 	CHECK_EQ(uswap_unmap(m, b, n * PS), 0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 
@@ -774,6 +782,7 @@ static void test_mm_mprotect(void)
 		if (q[i * PS] != (unsigned char)(i + 1) && bad++ < 5)
 			fprintf(stderr, "[%s] guard region page %zu differs\n", check_test, i);
 	CHECK_EQ(bad, 0);
+	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, q, 256 * PS), 0);
 
 	/* A reservation: registered PROT_NONE, its parts made read-write as they are needed. */
@@ -812,7 +821,7 @@ static void test_mm_mprotect(void)
 	CHECK_EQ(uswap_unregister(m, p, n * PS), 0);
 	munmap(p, n * PS);
 	alarm(0);
-	uswap_mm_destroy(m);
+	check_mm_destroy(m);
 	free(sums);
 }
 

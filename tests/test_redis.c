@@ -94,7 +94,7 @@ static void test_redis_roundtrip_through_layer(void)
 		CHECK_MEM(pages, back, sizes[i] * PAGE_SIZE);
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /* The tier's I/O thread takes no signal the program blocks. */
@@ -114,7 +114,7 @@ static void test_redis_thread_blocks_signals(void)
 	CHECK_EQ(uswap_load(u, id, back, 1), 0);
 	CHECK_MEM(page, back, PAGE_SIZE);
 	CHECK_EQ(uswap_free(u, id), 0);
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 static long long count_keys(redisContext *c, const char *pattern)
@@ -149,7 +149,7 @@ static void test_redis_db_option_and_deletes(void)
 	CHECK_EQ(uswap_load(u, id, back, 8), 0);
 	CHECK_MEM(pages, back, 8 * PAGE_SIZE);
 	CHECK_EQ(uswap_free(u, id), 0);
-	uswap_destroy(u); /* sends the queued DELs */
+	check_destroy(u); /* sends the queued DELs */
 	CHECK_EQ(count_keys(c, "tdb*"), 0);
 	freeReplyObject(redisCommand(c, "SELECT 0"));
 	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":db=100000")) < 0); /* SELECT refused */
@@ -188,7 +188,7 @@ static void test_redis_store_allocates_nothing(void)
 #endif
 	for (int i = 0; i < 200; i++)
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /* replicas=1 on a server without replicas: WAIT never gets its acknowledgement, the pool takes the pages. */
@@ -214,7 +214,7 @@ static void test_redis_replicas_missing_pass_to_next_tier(void)
 		CHECK_EQ(uswap_load(u, id, back, 1), 0);
 		CHECK_MEM(page, back, PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 	redisContext *c = rserver_connect(&srv);
 
 	CHECK(c != NULL);
@@ -290,7 +290,7 @@ static void test_redis_value_swapped_on_server_is_rejected(void)
 	int ra = uswap_load(u, a, back, 1), rb = uswap_load(u, b, back + PAGE_SIZE, 1);
 
 	CHECK(ra < 0 || rb < 0); /* whichever key was overwritten fails to open */
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /* redis-cli as an operator would use it: a byte changed in place, a value replaced, a key deleted. */
@@ -340,7 +340,7 @@ static void test_redis_tampered_with_redis_cli(void)
 		CHECK(memcmp(back, pages + i * PAGE_SIZE, PAGE_SIZE) != 0 ||
 		      i == 0); /* never the page silently */
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /*
@@ -441,9 +441,9 @@ static void test_redis_server_stops_then_dies(void)
 	}
 out:
 	if (a)
-		uswap_destroy(a); /* its DELs cannot go anywhere: destroy must not hang either */
+		check_destroy(a); /* its DELs cannot go anywhere: destroy must not hang either */
 	if (b)
-		uswap_destroy(b);
+		check_destroy(b);
 	rserver_kill(&s);
 }
 

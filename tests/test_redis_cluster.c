@@ -315,7 +315,7 @@ static void test_cluster_spread_and_redirects(void)
 	for (int i = 0; i < NR; i++)
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
 out:
-	uswap_destroy(u);
+	check_destroy(u);
 	for (int m = 0; m < nm; m++)
 		CHECK_EQ(keys_on(masters[m], "c1-*"), 0);
 }
@@ -395,7 +395,7 @@ static void test_cluster_master_stopped(void)
 	printf("  master stopped: %d of %d loads failed, %d of %d on other masters all loaded\n", failed, NR,
 	       elsewhere_ok, elsewhere);
 out:
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /*
@@ -455,7 +455,7 @@ static void test_cluster_master_killed_no_page_lost(void)
 	CHECK(in_cluster > 0); /* the other two masters still have replicas */
 	CHECK_EQ(in_pool + in_cluster, NR_AFTER);
 out:
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 static void test_cluster_suite(void)

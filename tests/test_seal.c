@@ -157,7 +157,7 @@ static void test_file_encrypt_roundtrip_ciphertext_on_disk(void)
 	}
 	if (fd >= 0)
 		close(fd);
-	uswap_destroy(u);
+	check_destroy(u);
 	CHECK(uswap_create(&u, "file:size=1M:encrypt=yes") < 0);
 out:
 	free(a);
@@ -211,7 +211,7 @@ static void test_file_encrypt_altered_blocks_detected(void)
 	CHECK_MEM(a, b, PAGE_SIZE);
 	close(fd);
 out:
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 /* Writeback from the pool into a sealed file stores plain sealed pages (no packed, clear objects). */
@@ -247,7 +247,7 @@ static void test_file_encrypt_writeback_and_swapoff(void)
 		CHECK_EQ(uswap_load(u, ids[i], b, 1), 0);
 		CHECK_MEM(a, b, PAGE_SIZE);
 	}
-	uswap_destroy(u);
+	check_destroy(u);
 }
 
 CHECK_MAIN(T(test_seal_roundtrip_every_kind), T(test_seal_rejects_wrong_binding_and_tamper),

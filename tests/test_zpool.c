@@ -8,6 +8,8 @@
 #include <stdbool.h>
 
 #include "check.h"
+#include "core/debug.h"
+#include "core/testhook.h"
 #include "uswap.h"
 #include "util/pagegen.h"
 
@@ -102,7 +104,7 @@ static void every_size_class_in(const char *spec)
 	CHECK_EQ(t.data_bytes, 0);
 	/* every block is empty and went back */
 	CHECK_EQ(t.used_bytes, 0);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(p);
 	free(q);
 }
@@ -143,7 +145,7 @@ static void small_pool_fills(void)
 	CHECK(t.data_bytes >= MAX * 6ull / 10);
 	check_mixed(u, ids, N, true);
 	CHECK_EQ(pool_stats(u, 0).used_bytes, 0);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(p);
 }
 
@@ -187,7 +189,7 @@ static void compaction_after_frees(void)
 		bound = 1u << 20;
 	CHECK(waste <= bound + 151 * 65536 + after.pages * 22);
 	check_mixed(u, ids, N, false);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(p);
 }
 
@@ -212,7 +214,7 @@ static void incompressible_goes_on(void)
 	fill_sized(p, 1000, seed_for(1));
 	CHECK_EQ(uswap_load(u, small, q, 1), 0);
 	CHECK_MEM(q, p, PAGE);
-	uswap_destroy(u);
+	check_destroy(u);
 	free(p);
 	free(q);
 }
@@ -235,7 +237,7 @@ static void zstd_levels(void)
 		bytes[i] = pool_stats(u, 0).data_bytes;
 		CHECK_EQ(uswap_load(u, id, q, 64), 0);
 		CHECK_MEM(q, p, 64 * PAGE);
-		uswap_destroy(u);
+		check_destroy(u);
 	}
 	CHECK(bytes[2] < bytes[0]);
 	CHECK(bytes[3] <= bytes[2] + 64);
@@ -243,5 +245,60 @@ static void zstd_levels(void)
 	free(q);
 }
 
+/*
+ * DEBUG builds: the pool's validator (through uswap_debug_validate()) finds an object header broken
+ * on purpose: an owner the layer does not have there, a live object turned free (owner 0) that is on
+ * no free chain. Put back, the pool passes again.
+ */
+static void validate_catches_bad_headers(void)
+{
+	unsigned char *p = aligned_alloc(PAGE, PAGE);
+	struct uswap *u;
+	uswap_id_t ids[64];
+	unsigned tier = 99;
+	uint64_t h = 0;
+
+	if (!check_debug_build()) {
+		printf("  (the walkers are compiled in DEBUG builds only)\n");
+		free(p);
+		return;
+	}
+	u = check_layer("zpool:lz4:max=4M", 0);
+	if (!u) {
+		free(p);
+		return;
+	}
+	for (unsigned i = 0; i < 64; i++) {
+		fill_mixed(p, i);
+		CHECK_EQ(uswap_store(u, p, 1, &ids[i]), 0);
+	}
+	for (unsigned i = 0; i < 64; i += 3)
+		CHECK_EQ(uswap_free(u, ids[i]), 0); /* free slots on the blocks' chains */
+	CHECK_EQ(uswap_debug_validate(u), 0);
+	CHECK_EQ(testhook_page(u, ids[10], 0, &tier, &h), 0);
+	CHECK_EQ(tier, 0);
+
+	CHECK_EQ(zpool_corrupt_owner(testhook_tier(u, 0), h, (uint32_t)ids[11]), 0);
+	CHECK_EQ(uswap_debug_validate(u), -EUCLEAN);
+	CHECK_EQ(zpool_corrupt_owner(testhook_tier(u, 0), h, 0), 0);
+	CHECK_EQ(uswap_debug_validate(u), -EUCLEAN);
+	CHECK_EQ(zpool_corrupt_owner(testhook_tier(u, 0), h, (uint32_t)ids[10]), 0);
+
+	CHECK_EQ(uswap_debug_validate(u), 0);
+	{
+		unsigned char *q = aligned_alloc(PAGE, PAGE); /* the object itself was never touched */
+
+		fill_mixed(p, 10);
+		CHECK_EQ(uswap_load(u, ids[10], q, 1), 0);
+		CHECK_MEM(q, p, PAGE);
+		free(q);
+	}
+	for (unsigned i = 0; i < 64; i++)
+		if (i % 3)
+			CHECK_EQ(uswap_free(u, ids[i]), 0);
+	check_destroy(u);
+	free(p);
+}
+
 CHECK_MAIN(T(every_size_class), T(small_pool_fills), T(compaction_after_frees), T(incompressible_goes_on),
-	   T(zstd_levels))
+	   T(zstd_levels), T(validate_catches_bad_headers))

@@ -195,6 +195,12 @@ uint64_t backend_set_capacity(struct backend *b, uint64_t bytes)
 	return b->ops->set_capacity ? b->ops->set_capacity(b, bytes) : 0;
 }
 
+ssize_t backend_validate(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle),
+			 void *arg)
+{
+	return b->ops->validate ? b->ops->validate(b, held, arg) : -EOPNOTSUPP;
+}
+
 ssize_t backend_peek(struct backend *b, uint32_t owner, uint64_t handle, void *obj, unsigned *fmt)
 {
 	ssize_t n;

@@ -94,6 +94,15 @@ struct uswap_backend_ops {
 	 * beyond goes down by writeback. Return: the capacity now, in bytes.
 	 */
 	uint64_t (*set_capacity)(struct backend *b, uint64_t bytes);
+	/*
+	 * Optional, set in DEBUG builds only (USWAP_DEBUG): check the backend's own invariants, and call
+	 * @held for every page it holds, which returns false when the layer does not know that page
+	 * (owner not live in this tier, or with another handle). Context: quiescent: no store, load,
+	 * release or move running. Return: pages held, or -EUCLEAN (the first broken invariant is on
+	 * stderr, see err_invariant()).
+	 */
+	ssize_t (*validate)(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle),
+			    void *arg);
 };
 
 struct backend {
@@ -147,6 +156,10 @@ static inline bool backend_has(const struct backend *b, unsigned cap)
 {
 	return b->ops->caps & cap;
 }
+
+/* The validate op if the backend has one. Return: what it returns, or -EOPNOTSUPP without it. */
+ssize_t backend_validate(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle),
+			 void *arg);
 
 /*
  * fault.c, for tests: from now, the @nth next store (load) of the fault() tier @b fails with @err;

@@ -804,6 +804,248 @@ static int zpool_store_obj(struct backend *b, const void *obj, size_t len, unsig
 	return 1;
 }
 
+#if USWAP_DEBUG
+/* Where zpool_validate() found a block: on the LRU (in use), the warm list or the free list. */
+enum { ZV_LRU = 1, ZV_WARM = 2, ZV_FREE = 4, ZV_PARTIAL = 8 };
+
+/*
+ * Walk list @head of blocks linked by @next (the warm or the free list), tagging each with @tag.
+ * Return: 0 or -EUCLEAN (a block out of range, on two lists, or a cycle).
+ */
+static int zv_free_list(struct zpool *zp, uint8_t *tags, uint32_t head, uint8_t tag, const char *name,
+			uint32_t *count)
+{
+	*count = 0;
+	for (uint32_t i = head; i != NIL; i = zp->blocks[i].next) {
+		struct zblock *b;
+
+		if (i >= zp->hwm)
+			return err_invariant("zpool: block %u on the %s list is above the high water %u", i,
+					     name, zp->hwm);
+		if (tags[i])
+			return err_invariant("zpool: block %u on the %s list is on another list (tags %#x)",
+					     i, name, tags[i]);
+		tags[i] = tag;
+		b = &zp->blocks[i];
+		if (b->state != ZB_FREE)
+			return err_invariant("zpool: block %u on the %s list has state %u", i, name,
+					     b->state);
+		if (tag == ZV_WARM && !b->populated)
+			return err_invariant("zpool: warm block %u is not populated", i);
+		if (tag == ZV_FREE && (b->populated || b->nr_alloc))
+			return err_invariant("zpool: released block %u is populated (%u) or has slots (%u)",
+					     i, b->populated, b->nr_alloc);
+		++*count;
+	}
+	return 0;
+}
+
+/*
+ * The slots of in-use block @i: live objects (owner set, a length of its class) and the free chain
+ * (owner 0, each once, below the high water) partition [0, nr_alloc). Adds to the totals.
+ */
+static int zv_block(struct zpool *zp, uint32_t i, bool (*held)(void *, uint32_t, uint64_t), void *arg,
+		    uint64_t *data, uint32_t *live)
+{
+	struct zblock *b = &zp->blocks[i];
+	struct zclass *c = &zp->cls[b->cls];
+	uint64_t seen[(ZP_BLOCK_SIZE / ZP_ALIGN) / 64] = {0};
+	uint32_t nfree = 0, nlive = 0;
+
+	if (b->nr_alloc > c->per_block || b->nr_used > b->nr_alloc || !b->nr_used)
+		return err_invariant("zpool: block %u of class %u: %u used of %u slots taken, %u per block",
+				     i, b->cls, b->nr_used, b->nr_alloc, c->per_block);
+	if ((b->state == ZB_FULL) != (!b->free_head && b->nr_alloc == c->per_block))
+		return err_invariant("zpool: block %u is %s with free head %u and %u of %u slots taken", i,
+				     b->state == ZB_FULL ? "full" : "partial", b->free_head, b->nr_alloc,
+				     c->per_block);
+	for (uint32_t f = b->free_head; f; f = hdr_len(obj_ptr(zp, i, f - 1))) {
+		uint32_t s = f - 1;
+
+		if (s >= b->nr_alloc || seen[s / 64] >> (s % 64) & 1)
+			return err_invariant("zpool: block %u: free slot %u is above the high water %u or "
+					     "twice on the free chain",
+					     i, s, b->nr_alloc);
+		if (hdr_owner(obj_ptr(zp, i, s)))
+			return err_invariant("zpool: block %u: slot %u on the free chain has owner %u", i, s,
+					     hdr_owner(obj_ptr(zp, i, s)));
+		seen[s / 64] |= 1ull << (s % 64);
+		nfree++;
+	}
+	for (uint32_t s = 0; s < b->nr_alloc; s++) {
+		const unsigned char *o = obj_ptr(zp, i, s);
+		uint32_t owner = hdr_owner(o);
+		uint16_t len = hdr_len(o);
+		uint64_t h = (uint64_t)i << ZP_SLOT_BITS | s;
+
+		if (!owner) {
+			if (!(seen[s / 64] >> (s % 64) & 1))
+				return err_invariant(
+					"zpool: block %u: slot %u has no owner and is not on the free "
+					"chain",
+					i, s);
+			continue;
+		}
+		if (!len || len > zp->reject_len || class_of(zp, len) != b->cls)
+			return err_invariant(
+				"zpool: block %u slot %u (owner %u): length %u does not belong in "
+				"class %u (reject above %zu)",
+				i, s, owner, len, b->cls, zp->reject_len);
+		if (held && !held(arg, owner, h))
+			return err_invariant(
+				"zpool: handle %#llx (block %u slot %u) holds a page of owner %u "
+				"that the layer does not know there",
+				(unsigned long long)h, i, s, owner);
+		*data += len;
+		nlive++;
+	}
+	if (nlive != b->nr_used || nfree != (uint32_t)(b->nr_alloc - b->nr_used))
+		return err_invariant(
+			"zpool: block %u: %u live objects and %u free slots, but nr_used %u of %u "
+			"taken",
+			i, nlive, nfree, b->nr_used, b->nr_alloc);
+	*live += nlive;
+	return 0;
+}
+
+/*
+ * zpool_validate() - the pool's invariants, under its lock: every block below the high water on
+ * exactly one of the LRU (in use), the warm list (free, present) and the free list (free, given
+ * back); both LRU directions agree; each class's partial list holds exactly its in-use blocks that
+ * are not full, and its block count is right; each in-use block's slots split into live objects
+ * (an owner, a length of the block's class) and the free chain; the totals (objects, data and object
+ * bytes) add up; committed is what the in-use blocks touched plus the warm blocks, within the size
+ * the pool was opened with. Calls @held for every live object. Return: objects, or -EUCLEAN.
+ */
+static ssize_t zpool_validate(struct backend *b, bool (*held)(void *arg, uint32_t owner, uint64_t handle),
+			      void *arg)
+{
+	struct zpool *zp = b->priv;
+	uint32_t nr_lru = 0, nr_warm = 0, nr_free = 0, prev = NIL, live = 0;
+	uint32_t per_class[ZP_NR_CLASSES] = {0};
+	uint64_t data = 0, obj = 0, committed = 0;
+	uint8_t *tags = NULL;
+	ssize_t ret = 0;
+
+	pthread_mutex_lock(&zp->lock);
+	if (zp->hwm > zp->max_blocks) {
+		ret = err_invariant("zpool: high water %u above %u blocks", zp->hwm, zp->max_blocks);
+		goto out_unlock;
+	}
+	tags = ualloc_zero(zp->hwm + 1);
+	if (!tags) {
+		ret = -ENOMEM;
+		goto out_unlock;
+	}
+	for (uint32_t i = zp->lru_head; i != NIL; prev = i, i = zp->blocks[i].lru_next) {
+		struct zblock *blk;
+
+		if (i >= zp->hwm || tags[i]) {
+			ret = err_invariant("zpool: LRU block %u above the high water %u, or a cycle", i,
+					    zp->hwm);
+			goto out_unlock;
+		}
+		tags[i] = ZV_LRU;
+		blk = &zp->blocks[i];
+		if (blk->lru_prev != prev || blk->state == ZB_FREE || blk->cls >= zp->nr_classes) {
+			ret = err_invariant("zpool: LRU block %u: prev %u (expected %u), state %u, class %u",
+					    i, blk->lru_prev, prev, blk->state, blk->cls);
+			goto out_unlock;
+		}
+		nr_lru++;
+		per_class[blk->cls]++;
+	}
+	if (zp->lru_tail != prev) {
+		ret = err_invariant("zpool: LRU tail %u, but the list ends at %u", zp->lru_tail, prev);
+		goto out_unlock;
+	}
+	ret = zv_free_list(zp, tags, zp->warm_blocks, ZV_WARM, "warm", &nr_warm);
+	if (!ret)
+		ret = zv_free_list(zp, tags, zp->free_blocks, ZV_FREE, "free", &nr_free);
+	if (ret)
+		goto out_unlock;
+	if (nr_lru + nr_warm + nr_free != zp->hwm) {
+		ret = err_invariant(
+			"zpool: %u blocks in use, %u warm and %u released, but the high water is %u", nr_lru,
+			nr_warm, nr_free, zp->hwm);
+		goto out_unlock;
+	}
+	if (zp->warm_bytes != (uint64_t)nr_warm * block_bytes(zp)) {
+		ret = err_invariant("zpool: warm_bytes %llu for %u warm blocks",
+				    (unsigned long long)zp->warm_bytes, nr_warm);
+		goto out_unlock;
+	}
+	for (unsigned ci = 0; ci < zp->nr_classes; ci++) {
+		struct zclass *c = &zp->cls[ci];
+
+		prev = NIL;
+		for (uint32_t i = c->head; i != NIL; prev = i, i = zp->blocks[i].next) {
+			struct zblock *blk = &zp->blocks[i];
+
+			if (i >= zp->hwm || tags[i] != ZV_LRU || blk->cls != ci || blk->state != ZB_PARTIAL ||
+			    blk->prev != prev) {
+				ret = err_invariant(
+					"zpool: class %u partial list: block %u (tags %#x, class %u, "
+					"state %u, prev %u, expected %u)",
+					ci, i, i < zp->hwm ? tags[i] : 0, blk->cls, blk->state, blk->prev,
+					prev);
+				goto out_unlock;
+			}
+			tags[i] |= ZV_PARTIAL;
+		}
+		if (c->tail != prev || c->nr_blocks != per_class[ci]) {
+			ret = err_invariant(
+				"zpool: class %u: tail %u (list ends at %u), %u blocks (counted %u)", ci,
+				c->tail, prev, c->nr_blocks, per_class[ci]);
+			goto out_unlock;
+		}
+	}
+	for (uint32_t i = 0; i < zp->hwm; i++) {
+		struct zblock *blk = &zp->blocks[i];
+
+		if (tags[i] == ZV_WARM) {
+			committed += block_bytes(zp);
+			continue;
+		}
+		if (!(tags[i] & ZV_LRU))
+			continue;
+		if ((blk->state == ZB_PARTIAL) != !!(tags[i] & ZV_PARTIAL)) {
+			ret = err_invariant(
+				"zpool: block %u has state %u but is %son its class's partial list", i,
+				blk->state, tags[i] & ZV_PARTIAL ? "" : "not ");
+			goto out_unlock;
+		}
+		ret = zv_block(zp, i, held, arg, &data, &live);
+		if (ret)
+			goto out_unlock;
+		obj += (uint64_t)blk->nr_used * zp->cls[blk->cls].obj_size;
+		committed += block_committed(zp, blk);
+	}
+	if (live != zp->nr_objs || data != zp->data_bytes || obj != zp->obj_bytes) {
+		ret = err_invariant(
+			"zpool: %u objects of %llu data bytes (%llu with rounding), counted as %llu "
+			"of %llu (%llu)",
+			live, (unsigned long long)data, (unsigned long long)obj,
+			(unsigned long long)zp->nr_objs, (unsigned long long)zp->data_bytes,
+			(unsigned long long)zp->obj_bytes);
+		goto out_unlock;
+	}
+	if (committed != zp->committed || committed > zp->open_bytes || zp->max_bytes > zp->open_bytes) {
+		ret = err_invariant(
+			"zpool: committed %llu, blocks add up to %llu; capacity %llu, opened with "
+			"%llu",
+			(unsigned long long)zp->committed, (unsigned long long)committed,
+			(unsigned long long)zp->max_bytes, (unsigned long long)zp->open_bytes);
+		goto out_unlock;
+	}
+	ret = live;
+out_unlock:
+	pthread_mutex_unlock(&zp->lock);
+	ufree(tags);
+	return ret;
+}
+#endif
+
 /* Test hook: flip one byte of the object @h holds (its compressed data). */
 int zpool_corrupt(struct backend *b, uint64_t h)
 {
@@ -814,6 +1056,19 @@ int zpool_corrupt(struct backend *b, uint64_t h)
 		return -EINVAL;
 	o = obj_ptr(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
 	o[ZP_HDR + hdr_len(o) - 1] ^= 0x5a; /* lz4 always ends in literals: still decodes */
+	return 0;
+}
+
+/* Test hook: write @owner into the header of the object @h holds (what zpool_validate() must catch). */
+int zpool_corrupt_owner(struct backend *b, uint64_t h, uint32_t owner)
+{
+	struct zpool *zp = b->priv;
+	unsigned char *o;
+
+	if (b->ops != &zpool_backend_ops || h > UINT32_MAX)
+		return -EINVAL;
+	o = obj_ptr(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1));
+	hdr_set(o, owner, hdr_len(o));
 	return 0;
 }
 
@@ -847,4 +1102,7 @@ const struct uswap_backend_ops zpool_backend_ops = {
 	.peek = zpool_peek,
 	.store_obj = zpool_store_obj,
 	.set_capacity = zpool_set_capacity,
+#if USWAP_DEBUG
+	.validate = zpool_validate,
+#endif
 };

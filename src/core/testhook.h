@@ -8,6 +8,8 @@
 
 /* zpool.c: flip a byte of the object behind @h. */
 int zpool_corrupt(struct backend *b, uint64_t h);
+/* zpool.c: write @owner into the header of the object behind @h (validator tests). */
+int zpool_corrupt_owner(struct backend *b, uint64_t h, uint32_t owner);
 
 static inline struct backend *testhook_tier(struct uswap *u, unsigned t)
 {

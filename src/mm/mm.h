@@ -469,6 +469,15 @@ void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
 struct iovec;
 void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n);
 
+/*
+ * validate.c (DEBUG builds; a stub returning 0 in others): check the region table, every page and
+ * folio word, the instance's counters and the swap layer under it (uswap_debug_validate()) against
+ * each other. Context: quiescent (no fault resolved, no reclaim running, the program not touching
+ * region memory); it takes reclaim_lock and tbl_lock for writing. Return: 0, or -EUCLEAN with the
+ * first broken invariant on stderr, naming the region and page.
+ */
+int mm_validate(struct uswap_mm *m);
+
 /* uffd.c: 0 or -errno; *done = bytes done, also on a partial failure. */
 /* A userfaultfd with @features, or -EPERM with a message that says how to get access. */
 int uffd_open(__u64 features, int *out);

@@ -3,6 +3,7 @@
  */
 #include "util/err.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -18,6 +19,17 @@ int err_set(int err, const char *fmt, ...)
 	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
 	va_end(ap);
 	return err;
+}
+
+int err_invariant(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errmsg, sizeof(errmsg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "uswap: invariant: %s\n", errmsg);
+	return -EUCLEAN;
 }
 
 void err_clear(void)

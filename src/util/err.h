@@ -7,5 +7,10 @@
 /* err_set() - record a message for this thread and return @err (a negative errno) for tail calls. */
 int err_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void err_clear(void);
+/*
+ * err_invariant() - a broken invariant found by a validator (DEBUG builds): "uswap: invariant: ..." on
+ * stderr, where a test run shows it, and the same message for uswap_errmsg(). Return: -EUCLEAN.
+ */
+int err_invariant(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif
