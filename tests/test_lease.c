@@ -257,6 +257,8 @@ static void test_lease_live_layer_renews(void)
 	CHECK(uswap_create(&u, "redis://127.0.0.1:1:lease=0") < 0); /* below 1 s */
 	CHECK(strstr(uswap_errmsg(), "lease") != NULL);
 	CHECK(uswap_create(&u, "redis://127.0.0.1:1:lease=5x") < 0);
+	CHECK(uswap_check_tiers("redis://127.0.0.1:1:lease=nan") < 0);
+	CHECK(uswap_check_tiers("redis://127.0.0.1:1:lease=25h") < 0);
 	CHECK_EQ(uswap_check_tiers("redis://127.0.0.1:1:lease=1500ms"), 0);
 	CHECK_EQ(uswap_check_tiers("redis://127.0.0.1:1:lease=10m"), 0);
 }

@@ -305,7 +305,7 @@ static bool parse_duration_ms(const char *val, int min, int max, int *out)
 	char *end;
 	double v = strtod(val, &end), unit;
 
-	if (end == val || v < 0)
+	if (end == val)
 		return false;
 	if (!*end || !strcmp(end, "s"))
 		unit = 1000;
@@ -318,7 +318,7 @@ static bool parse_duration_ms(const char *val, int min, int max, int *out)
 	else
 		return false;
 	v *= unit;
-	if (v < min || v > max)
+	if (!(v >= min && v <= max)) /* NaN too */
 		return false;
 	*out = (int)v;
 	return true;
