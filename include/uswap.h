@@ -44,13 +44,13 @@ struct uswap_options {
 
 /*
  * uswap_create() - build a layer from a tier string.
- * @spec: comma-separated tiers in store order, each "name[:arg[:key=value]...]", e.g.
- *        "same,zpool:lz4:max=256M" or "same,zpool:zstd:level=3:max=25%:reject=90%".
- *        "fault(TIER)[:key=value...]" wraps TIER and injects faults into its calls, for tests and
+ * @spec: comma-separated tiers in store order, each of the form "name[:arg[:key=value]...]", as
+ *        in "same,zpool:lz4:max=256M" or in "zpool:zstd:max=25%:reject=90%,file". A tier of the
+ *        form "fault(TIER)[:key=value...]" wraps TIER and injects faults into its calls, for tests and
  *        soaks: eio=, enospc=, etimedout= (percent of calls failed so), delay= (percent of calls that
  *        first sleep up to delay_ms=, default 10), flip= (percent of loads handed back with one bit
  *        flipped: the load then fails with -EBADMSG), seed= (else USWAP_FAULT_SEED, else the clock).
- *        E.g. "same,fault(zpool:lz4:max=64M):eio=1%:flip=0.1%:seed=42,fault(file:size=1G):eio=1%".
+ *        E.g. "same,fault(zpool):eio=1%:seed=42,file" or "fault(file:size=1G):flip=0.1%".
  * Return: 0 and *out set; -EINVAL bad spec (uswap_errmsg() names the bad part); -ENOMEM.
  */
 int uswap_create(struct uswap **out, const char *spec);
@@ -402,6 +402,34 @@ struct uswap_mm_stats {
 
 /* uswap_mm_stats() - a snapshot. Return: 0. */
 int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st);
+
+/*
+ * Remote tiers keep their pages under a lease: keys carry a TTL (lease=, default 5 minutes) that a
+ * thread of the living process renews, and one alive key per instance, PREFIX + "alive", names the
+ * process (host, boot, pid namespace, pid, start time). uswap_gc() removes the keys of instances that
+ * are no longer alive without waiting for their lease to run out: an instance is dead when its
+ * alive key names a process of this host (same boot, same pid namespace) that is gone or is another
+ * process now, or when it has no alive key at all (its lease ran out, or its keys were written without
+ * one). An alive key of another host is trusted until its TTL ends it.
+ */
+struct uswap_gc_instance {
+	const char *prefix; /* the instance's key prefix, e.g. "uswap:4242:" */
+	uint64_t keys;      /* its keys found (the alive key included) */
+	int alive;          /* 1: left alone; 0: its keys removed (or, with dry_run, would be) */
+	const char *why;    /* e.g. "pid 4242 is gone from this host" */
+};
+
+/*
+ * uswap_gc() - remove from a Redis server or cluster the keys of uswap instances that are no longer
+ * alive (see above). @tier: a redis:// or redis-cluster:// tier string (servers, db=, timeout=,
+ * password-env= or password-file=; prefix= and lease= do not matter). @match: the keys to look at,
+ * a SCAN pattern (NULL: "uswap:*", every default prefix). @dry_run: report, remove nothing.
+ * @report: called once per instance found (NULL: none).
+ * Return: keys removed (with dry_run: that would be); -EINVAL bad tier string; -ECONNREFUSED no
+ * server answers; -EIO a SCAN or DEL failed (keys removed until then stay removed); -ENOMEM.
+ */
+int64_t uswap_gc(const char *tier, const char *match, int dry_run,
+		 void (*report)(const struct uswap_gc_instance *in, void *arg), void *arg);
 
 /* uswap_errmsg() - the message of this thread's last failed call ("" if none). */
 const char *uswap_errmsg(void);

@@ -95,7 +95,22 @@ static void test_file_writeback_and_swapoff(void)
 	free(b);
 }
 
-/* A named file is created 0600; bytes changed behind the layer's back make the load fail. */
+/* The descriptor of the tier's file, opened again through /proc (a named file has no name left). */
+static int reopen_tier_file(struct uswap *u, int flags)
+{
+	struct file_layout fl;
+	char proc[64];
+
+	if (file_layout(testhook_tier(u, 0), &fl))
+		return -1;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fl.fd);
+	return open(proc, flags);
+}
+
+/*
+ * A named file is created 0600 and loses its name at once, so a crash (SIGKILL) leaves no file
+ * behind; bytes changed behind the layer's back make the load fail.
+ */
 static void test_file_named_mode_and_corruption(void)
 {
 	char path[] = "/var/tmp/uswap-test-XXXXXX", spec[64];
@@ -111,13 +126,15 @@ static void test_file_named_mode_and_corruption(void)
 	unlink(path);
 	snprintf(spec, sizeof(spec), "file:%s:size=1M", path);
 	CHECK_EQ(uswap_create(&u, spec), 0);
-	CHECK_EQ(stat(path, &st), 0);
+	CHECK_EQ(stat(path, &st), -1); /* no name left while it lives */
+	fd = reopen_tier_file(u, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_EQ(fstat(fd, &st), 0);
 	CHECK_EQ(st.st_mode & 0777, 0600);
+	CHECK_EQ(st.st_nlink, 0);
 	fill(a, USWAP_PAGE_SIZE, 99);
 	CHECK_EQ(uswap_store(u, a, 1, &id), 0);
 	uswap_maintain(u); /* the staged page is on the disk now */
-	fd = open(path, O_WRONLY);
-	CHECK(fd >= 0);
 	memset(b, 0x5a, USWAP_PAGE_SIZE);
 	CHECK_EQ(pwrite(fd, b, USWAP_PAGE_SIZE, 0), USWAP_PAGE_SIZE); /* slot 0: the first store */
 	close(fd);
@@ -674,7 +691,7 @@ static void test_file_nothing_left_after_destroy(void)
 	unlink(path);
 	snprintf(spec, sizeof(spec), "file:%s:size=8M", path);
 	CHECK_EQ(uswap_create(&u, spec), 0);
-	fd = open(path, O_RDONLY);
+	fd = reopen_tier_file(u, O_RDONLY);
 	CHECK(fd >= 0);
 	fill_page(a, PK_RANDOM, seed_for(9));
 	CHECK_EQ(uswap_store(u, a, 1, &id), 0);

@@ -143,14 +143,14 @@ static void test_redis_db_option_and_deletes(void)
 		goto out;
 	fill_pages(pages, 8, PK_RANDOM, seed_for(5));
 	CHECK_EQ(uswap_store(u, pages, 8, &id), 0);
-	CHECK_EQ(count_keys(c, "tdb*"), 0); /* not in db 0 */
+	CHECK_EQ(count_keys(c, "tdb[0-9]*"), 0); /* not in db 0 */
 	freeReplyObject(redisCommand(c, "SELECT 3"));
-	CHECK_EQ(count_keys(c, "tdb*"), 8);
+	CHECK_EQ(count_keys(c, "tdb[0-9]*"), 8);
 	CHECK_EQ(uswap_load(u, id, back, 8), 0);
 	CHECK_MEM(pages, back, 8 * PAGE_SIZE);
 	CHECK_EQ(uswap_free(u, id), 0);
 	check_destroy(u); /* sends the queued DELs */
-	CHECK_EQ(count_keys(c, "tdb*"), 0);
+	CHECK_EQ(count_keys(c, "tdb[0-9]*"), 0);
 	freeReplyObject(redisCommand(c, "SELECT 0"));
 	CHECK(uswap_create(&u, spec_for(spec, sizeof(spec), &srv, ":db=100000")) < 0); /* SELECT refused */
 	CHECK(strstr(uswap_errmsg(), "SELECT") != NULL);
@@ -275,7 +275,7 @@ static void test_redis_value_swapped_on_server_is_rejected(void)
 	CHECK_EQ(uswap_store(u, pages, 1, &a), 0);
 	CHECK_EQ(uswap_store(u, pages + PAGE_SIZE, 1, &b), 0);
 	redisContext *c = rserver_connect(&srv);
-	redisReply *r = redisCommand(c, "KEYS t3*");
+	redisReply *r = redisCommand(c, "KEYS t3[0-9]*");
 
 	CHECK_EQ(r->elements, 2);
 	if (r->elements == 2) {

@@ -312,6 +312,19 @@ static void test_cluster_spread_and_redirects(void)
 		CHECK_EQ(uswap_store(u, pages, folio_pages(i), &ids[i]), 0);
 	}
 	check_all(u, ids, NR, 2000, "stored after the move");
+	/* uswap gc on every master: keys without an alive key go, this live instance's stay */
+	for (int k = 0; k < 30; k++) {
+		snprintf(key, sizeof(key), "uswap:5:%d", k);
+		int owner = owner_of(0, rcluster_key_slot(key, strlen(key)));
+
+		if (owner >= 0)
+			freeReplyObject(cmd(owner, "SET %s x", key));
+	}
+	CHECK_EQ(uswap_gc(spec, "c1-*", 0, NULL, NULL), 0);
+	CHECK_EQ(uswap_gc(spec, NULL, 0, NULL, NULL), 30);
+	for (int m = 0; m < nm; m++)
+		CHECK_EQ(keys_on(masters[m], "uswap:5:*"), 0);
+	check_all(u, ids, NR, 2000, "after uswap gc");
 	for (int i = 0; i < NR; i++)
 		CHECK_EQ(uswap_free(u, ids[i]), 0);
 out:

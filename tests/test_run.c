@@ -1078,9 +1078,13 @@ static void signals_to_runner(void)
 	kill(runner, SIGUSR1);
 	waitpid(runner, &st, 0);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 4);
+	char shm[64];
 
 	runner = start_runner("exec sleep 60", &prog);
 	CHECK(prog > 0);
+	snprintf(shm, sizeof(shm), "/dev/shm/uswap.%d", (int)prog);
+	for (int i = 0; i < 500 && access(shm, F_OK); i++) /* its preload library has started (the shell's or sleep's: one pid) */
+		usleep(10000);
 	kill(runner, SIGKILL);
 	waitpid(runner, NULL, 0);
 	bool gone = false;
@@ -1093,6 +1097,24 @@ static void signals_to_runner(void)
 	CHECK(gone);
 	if (!gone && prog > 0)
 		kill(prog, SIGKILL);
+	/* Killed, it could not remove its statistics file: `uswap stat` says it is dead and removes it. */
+	char err[300], pid[16];
+
+	snprintf(err, sizeof(err), "%s/stat-err.txt", tmpdir);
+	snprintf(pid, sizeof(pid), "%d", (int)prog);
+	CHECK_EQ(access(shm, F_OK), 0);
+	char *stat_argv[] = {uswap_bin, "stat", pid, NULL};
+
+	st = run(stat_argv, NULL, err);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	size_t said_len;
+	char *said = slurp(err, &said_len);
+
+	CHECK(said && strstr(said, "died without exiting"));
+	free(said);
+	CHECK(access(shm, F_OK) != 0);
+	st = run(stat_argv, NULL, err);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* no statistics any more */
 }
 
 /*

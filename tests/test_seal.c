@@ -95,7 +95,22 @@ static void test_seal_detached(void)
 	seal_destroy(&s);
 }
 
-/* A named sealed swap file, so the test can read and alter its blocks. */
+/*
+ * The file of tier @tier opened again through /proc/self/fd: a named swap file has no name once the
+ * tier has opened it. Return: a descriptor, or -1.
+ */
+static int open_tier_file(struct uswap *u, unsigned tier, int flags)
+{
+	struct file_layout fl;
+	char proc[64];
+
+	if (file_layout(testhook_tier(u, tier), &fl))
+		return -1;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fl.fd);
+	return open(proc, flags);
+}
+
+/* A named sealed swap file (on /var/tmp rather than $TMPDIR), whose blocks the test reads and alters. */
 static struct uswap *open_sealed(char *path, size_t pathlen, const char *fmt)
 {
 	struct uswap_options o = {.no_background = 1};
@@ -141,7 +156,7 @@ static void test_file_encrypt_roundtrip_ciphertext_on_disk(void)
 		CHECK_EQ(uswap_store(u, a, sizes[i], &ids[i]), 0);
 	}
 	uswap_maintain(u); /* the staged pages are on the disk now */
-	fd = open(path, O_RDONLY);
+	fd = open_tier_file(u, 0, O_RDONLY);
 	CHECK(fd >= 0);
 	for (size_t i = 0; i < 4; i++) {
 		fill_pages(a, sizes[i], PK_TEXT, seed_for(20 + i));
@@ -183,7 +198,7 @@ static void test_file_encrypt_altered_blocks_detected(void)
 		CHECK_EQ(testhook_page(u, ids[i], 0, &tier, &h[i]), 0);
 	}
 	uswap_maintain(u); /* the staged pages are on the disk now */
-	fd = open(path, O_RDWR);
+	fd = open_tier_file(u, 0, O_RDWR);
 	CHECK(fd >= 0);
 	if (fd < 0)
 		goto out;

@@ -117,7 +117,6 @@ struct ra_win {
 struct file_tier {
 	int fd;
 	bool blkdev;
-	char path[256]; /* named file, unlinked at close; "" for O_TMPFILE or a device */
 	uint32_t nr_clusters;
 	uint64_t nr_slots;
 	struct fcluster *cl;
@@ -659,9 +658,13 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 		if (f->fd >= 0 && (!size_set || size > dev_size))
 			size = dev_size;
 	} else if (path[0]) {
+		/*
+		 * The name goes at once: the tier keeps the descriptor, so the file and its pages are gone
+		 * when the process ends, however it ends (SIGKILL, a crash), as an O_TMPFILE's are.
+		 */
 		f->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
 		if (f->fd >= 0)
-			snprintf(f->path, sizeof(f->path), "%s", path);
+			unlink(path);
 	} else {
 		dir = getenv("TMPDIR");
 		if (!dir || !dir[0])
@@ -684,8 +687,6 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 	}
 	if (!f->blkdev && ftruncate(f->fd, (off_t)(f->nr_slots * PAGE_SIZE))) {
 		ret = -errno;
-		if (f->path[0])
-			unlink(f->path);
 		file_free(f);
 		return err_set(ret, "file: cannot size '%s': %s", path[0] ? path : "a tmpfile",
 			       strerror(-ret));
@@ -755,8 +756,6 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 	return 0;
 
 out_free:
-	if (f->path[0])
-		unlink(f->path);
 	file_free(f);
 	return ret == -ENOMEM ? ret : err_set(ret, "file: io_uring setup failed: %s", strerror(-ret));
 }
@@ -767,13 +766,11 @@ static void file_close(struct backend *b)
 
 	if (!f)
 		return;
-	/* No data outlives the layer: drop every block, and the name. */
+	/* No data outlives the layer: drop every block (a named file lost its name at open). */
 	if (f->blkdev)
 		punch(f, 0, f->nr_slots * PAGE_SIZE);
 	else if (ftruncate(f->fd, 0))
 		punch(f, 0, f->nr_slots * PAGE_SIZE);
-	if (f->path[0])
-		unlink(f->path);
 	pthread_mutex_destroy(&f->lock);
 	pthread_mutex_destroy(&f->wb_lock);
 	pthread_mutex_destroy(&f->ra_lock);

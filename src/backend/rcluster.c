@@ -73,9 +73,12 @@ static void sleep_ms(uint64_t ms)
 	nanosleep(&ts, NULL);
 }
 
-static size_t rc_key(const struct rcluster *rc, uint32_t key, char *out, size_t outlen)
+static size_t rc_key(const struct rcluster *rc, const struct rc_cmd *cmd, char *out, size_t outlen)
 {
-	return (size_t)snprintf(out, outlen, "%s%u", rc->prefix, (unsigned)key);
+	int n = cmd->name ? snprintf(out, outlen, "%s", cmd->name)
+			  : snprintf(out, outlen, "%s%u", rc->prefix, (unsigned)cmd->key);
+
+	return n < 0 ? 0 : (size_t)n < outlen ? (size_t)n : outlen - 1;
 }
 
 /* The index of node HOST:PORT, added if new. Return: index, or -1 if the table is full. */
@@ -449,6 +452,9 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 	case RC_SET:
 		cmd->result = r->type == REDIS_REPLY_STATUS ? 0 : -EIO;
 		break;
+	case RC_PEXPIRE:
+		cmd->result = r->type != REDIS_REPLY_INTEGER ? -EIO : r->integer ? 0 : -ENOENT;
+		break;
 	default:
 		cmd->result = r->type == REDIS_REPLY_INTEGER ? 0 : -EIO;
 		break;
@@ -486,7 +492,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 	bool skip_down = !deadline_ms;
 	int io_ms = io_budget(rc, deadline_ms, now);
 	int wait_ms = rc->timeout_ms / 2 > 0 ? rc->timeout_ms / 2 : 1; /* WAIT 0 would block forever */
-	char key[64];
+	char key[RC_KEY_MAX];
 	size_t len;
 
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
@@ -499,7 +505,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 
 		if (cmd->result != RC_PENDING)
 			continue;
-		len = rc_key(rc, cmd->key, key, sizeof(key));
+		len = rc_key(rc, cmd, key, sizeof(key));
 		if (!rc->cluster)
 			cmd->node = 0;
 		else if (!cmd->asking)
@@ -535,8 +541,12 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 		}
 		if (cmd->asking)
 			redisAppendCommand(nd->c, "ASKING");
-		if (cmd->op == RC_SET)
+		if (cmd->op == RC_SET && rc->lease_ms > 0)
+			redisAppendCommand(nd->c, "SET %b %b PX %d", key, len, cmd->buf, cmd->len, rc->lease_ms);
+		else if (cmd->op == RC_SET)
 			redisAppendCommand(nd->c, "SET %b %b", key, len, cmd->buf, cmd->len);
+		else if (cmd->op == RC_PEXPIRE)
+			redisAppendCommand(nd->c, "PEXPIRE %b %d", key, len, rc->lease_ms);
 		else
 			redisAppendCommand(nd->c, cmd->op == RC_GET ? "GET %b" : "DEL %b", key, len);
 		nd->nr_sent++;
@@ -657,5 +667,65 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 		if (cmds[i].result)
 			ret = -EIO;
 	}
+	return ret;
+}
+
+void rcluster_clone(struct rcluster *dst, const struct rcluster *src)
+{
+	memcpy(dst, src, sizeof(*dst));
+	for (unsigned i = 0; i < dst->nr_nodes; i++) {
+		dst->nodes[i].c = NULL;
+		dst->nodes[i].retry_at_ms = 0;
+		dst->nodes[i].io_timeout_ms = 0;
+	}
+	memset(&dst->n, 0, sizeof(dst->n));
+}
+
+unsigned rcluster_masters(const struct rcluster *rc, uint8_t *out)
+{
+	bool seen[RC_MAX_NODES] = {false};
+	unsigned n = 0;
+
+	for (unsigned s = 0; s < RC_SLOTS; s++) {
+		unsigned idx = rc->slot_node[s];
+
+		if (idx != RC_NO_NODE && !seen[idx]) {
+			seen[idx] = true;
+			out[n++] = (uint8_t)idx;
+		}
+	}
+	return n;
+}
+
+int rcluster_scan(struct rcluster *rc, unsigned node, unsigned long long *cursor, const char *match,
+		  void (*fn)(const char *key, size_t len, void *arg), void *arg)
+{
+	struct rc_node *nd = &rc->nodes[node];
+	redisReply *r;
+	char cur[24];
+	int ret = -EIO;
+
+	if (!nd->c && node_connect(rc, nd, rc->timeout_ms))
+		return err_set(-EIO, "redis: cannot connect to %s:%d", nd->host, nd->port);
+	snprintf(cur, sizeof(cur), "%llu", *cursor);
+	r = redisCommand(nd->c, "SCAN %s MATCH %s COUNT 1000", cur, match);
+	if (!r) {
+		node_drop(nd);
+		return err_set(-EIO, "redis: %s:%d: SCAN failed", nd->host, nd->port);
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
+	    r->element[1]->type == REDIS_REPLY_ARRAY) {
+		*cursor = strtoull(r->element[0]->str, NULL, 10);
+		for (size_t i = 0; i < r->element[1]->elements; i++) {
+			redisReply *k = r->element[1]->element[i];
+
+			if (k->type == REDIS_REPLY_STRING)
+				fn(k->str, k->len, arg);
+		}
+		ret = 0;
+	} else {
+		err_set(-EIO, "redis: %s:%d: unexpected answer to SCAN", nd->host, nd->port);
+	}
+	freeReplyObject(r);
 	return ret;
 }

@@ -30,11 +30,18 @@ struct rc_node {
 	bool wait_sent, broken;
 };
 
-enum rc_op { RC_SET, RC_GET, RC_DEL };
+/*
+ * RC_SET carries PX lease_ms when the lease is on; RC_PEXPIRE gives a key lease_ms more (result
+ * -ENOENT: no such key).
+ */
+enum rc_op { RC_SET, RC_GET, RC_DEL, RC_PEXPIRE };
 
-/* One command of a batch: SET/GET/DEL of the key prefix + decimal @key. */
+#define RC_KEY_MAX 256 /* bytes of a key name, prefix included */
+
+/* One command of a batch: SET/GET/DEL/PEXPIRE of the key prefix + decimal @key, or of @name. */
 struct rc_cmd {
 	uint32_t key;
+	const char *name; /* NULL: prefix + @key; else the whole key name (the alive key, uswap_gc()) */
 	uint8_t op;   /* enum rc_op */
 	uint8_t node; /* this round's target */
 	bool asking;  /* this round goes to an ASK target, after ASKING */
@@ -51,6 +58,7 @@ struct rcluster {
 	bool cluster; /* false: one server, nodes[0] holds every slot, no redirects */
 	char prefix[32], password[128];
 	int db, timeout_ms;
+	int lease_ms; /* > 0: SETs carry PX lease_ms, PEXPIRE gives lease_ms */
 	unsigned nr_nodes, nr_seeds; /* nodes[0..nr_seeds) are the configured seeds */
 	struct rc_node nodes[RC_MAX_NODES];
 	uint8_t slot_node[RC_SLOTS]; /* node index, or RC_NO_NODE */
@@ -84,5 +92,18 @@ void rcluster_close(struct rcluster *rc);
  * Return: 0 if every command's result is 0, else -EIO; each cmd's result says more.
  */
 int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms);
+/*
+ * rcluster_clone() - @dst talks to the same servers as the opened @src (its options, nodes and slot
+ * map) over connections of its own, made when first used; for a second thread. Allocates nothing.
+ */
+void rcluster_clone(struct rcluster *dst, const struct rcluster *src);
+/* The masters (nodes that serve slots) as node indexes into @out (RC_MAX_NODES). Return: how many. */
+unsigned rcluster_masters(const struct rcluster *rc, uint8_t *out);
+/*
+ * rcluster_scan() - one SCAN step on node @node: keys matching @match from *@cursor on, each passed
+ * to @fn (with its length); *@cursor becomes the next cursor (0: done). Return: 0; -EIO.
+ */
+int rcluster_scan(struct rcluster *rc, unsigned node, unsigned long long *cursor, const char *match,
+		  void (*fn)(const char *key, size_t len, void *arg), void *arg);
 
 #endif

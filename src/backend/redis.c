@@ -9,6 +9,9 @@
  * time (batch_lock). Keys: prefix + handle (a per-tier sequence); the seal binds (owner, handle), so
  * a stale, foreign or altered value fails to open.
  *
+ * Lease (lease.c): every SET carries PX lease_ms and a thread of this process renews the keys it holds,
+ * so the pages of a process that dies without closing the tier leave the servers by themselves.
+ *
  * An unreachable server: a store fails at once (its node is skipped for a while; the next tier or
  * the caller keeps the pages); a load retries with fresh connections and slot maps until its
  * timeout, then fails with -EIO. No call waits longer than about twice the timeout.
@@ -21,6 +24,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "lease.h"
 #include "rcluster.h"
 #include "seal.h"
 #include "util/thread.h"
@@ -54,6 +58,7 @@ struct redis_tier {
 	_Atomic uint32_t next_handle;
 	struct rc_cmd cmds[REDIS_DEL_RING + REDIS_BATCH];
 	unsigned char *sealed; /* REDIS_BATCH * SEALED_SIZE */
+	struct lease lease;    /* marks of the handles stored; its thread renews their TTL */
 };
 
 static void del_queue(struct redis_tier *rt, uint32_t key)
@@ -173,8 +178,10 @@ static ssize_t redis_store(struct backend *b, const void *src, size_t npages, ui
 		taken++;
 	for (size_t i = taken; i < n; i++)
 		del_queue(rt, rt->keys[i]); /* it may be there, or half-replicated, or arrive late */
-	for (size_t i = 0; i < taken; i++)
+	for (size_t i = 0; i < taken; i++) {
+		lease_mark(&rt->lease, rt->keys[i]);
 		handles[i] = rt->keys[i];
+	}
 	ret = taken ? 0 : -EIO;
 out_unlock:
 	pthread_mutex_unlock(&rt->batch_lock);
@@ -210,6 +217,7 @@ static void redis_release(struct backend *b, uint32_t owner, uint64_t handle)
 
 	(void)owner;
 	pthread_mutex_lock(&rt->batch_lock);
+	lease_unmark(&rt->lease, (uint32_t)handle); /* before the DEL: a renewal that misses it is not a loss */
 	del_queue(rt, (uint32_t)handle);
 	if (rt->nr_dels == REDIS_DEL_RING)
 		redis_submit(rt, OP_GET, 0);
@@ -231,6 +239,8 @@ static int redis_flush(struct backend *b)
 
 static void redis_free(struct redis_tier *rt)
 {
+	lease_close(&rt->lease);
+	lease_free(&rt->lease);
 	rcluster_close(&rt->rc);
 	seal_destroy(&rt->seal);
 	memset(rt->rc.password, 0, sizeof(rt->rc.password));
@@ -289,6 +299,31 @@ static int redis_parse_seeds(struct rcluster *rc, const char **args)
 	}
 }
 
+/* "30s", "5m", "1h", "1500ms"; a bare number is seconds. */
+static bool parse_duration_ms(const char *val, int min, int max, int *out)
+{
+	char *end;
+	double v = strtod(val, &end), unit;
+
+	if (end == val)
+		return false;
+	if (!*end || !strcmp(end, "s"))
+		unit = 1000;
+	else if (!strcmp(end, "ms"))
+		unit = 1;
+	else if (!strcmp(end, "m"))
+		unit = 60000;
+	else if (!strcmp(end, "h"))
+		unit = 3600000;
+	else
+		return false;
+	v *= unit;
+	if (!(v >= min && v <= max)) /* NaN too */
+		return false;
+	*out = (int)v;
+	return true;
+}
+
 static bool parse_int(const char *val, int min, int max, int *out)
 {
 	char *end;
@@ -301,12 +336,11 @@ static bool parse_int(const char *val, int min, int max, int *out)
 }
 
 /*
- * args: "//SEEDS[:prefix=P][:timeout=MS][:replicas=N][:db=N][:password-env=V|password-file=F]",
- * SEEDS one HOST:PORT, or for a cluster a comma-separated list of them.
+ * args: "//SEEDS[:prefix=P][:timeout=MS][:replicas=N][:db=N][:lease=T][:password-env=V|password-file=F]",
+ * SEEDS one HOST:PORT, or for a cluster a comma-separated list of them; into @rc and *@replicas.
  */
-static int redis_open_common(struct backend *b, const char *args, bool cluster, bool check_only)
+static int redis_parse(struct rcluster *rc, int *replicas, const char *args, bool cluster)
 {
-	struct redis_tier *rt;
 	char key[32], val[256];
 	int ret;
 
@@ -314,6 +348,41 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster, 
 		return err_set(-EINVAL, "redis: expected %s://HOST:PORT, got '%s'",
 			       cluster ? "redis-cluster" : "redis", args);
 	args += 2;
+	rc->cluster = cluster;
+	snprintf(rc->prefix, sizeof(rc->prefix), "uswap:%d:", (int)getpid());
+	rc->timeout_ms = 2000;
+	rc->lease_ms = LEASE_DEFAULT_MS;
+	ret = redis_parse_seeds(rc, &args);
+	if (ret)
+		return ret;
+	while (backend_next_arg(&args, key, sizeof(key), val, sizeof(val))) {
+		if (!strcmp(key, "prefix") && val[0] && strlen(val) < sizeof(rc->prefix))
+			memcpy(rc->prefix, val, strlen(val) + 1);
+		else if (!strcmp(key, "timeout") && parse_int(val, 1, 3600 * 1000, &rc->timeout_ms))
+			;
+		else if (!strcmp(key, "replicas") && parse_int(val, 0, 64, replicas))
+			;
+		else if (!strcmp(key, "lease") && parse_duration_ms(val, LEASE_MIN_MS, LEASE_MAX_MS, &rc->lease_ms))
+			;
+		else if (!strcmp(key, "db") && parse_int(val, 0, 1 << 20, &rc->db)) {
+			if (cluster && rc->db)
+				return err_set(-EINVAL, "redis-cluster: a cluster has only db=0");
+		} else if ((!strcmp(key, "password-env") || !strcmp(key, "password-file")) && val[0]) {
+			ret = redis_read_secret(key, val, rc->password, sizeof(rc->password));
+			if (ret)
+				return ret;
+		} else {
+			return err_set(-EINVAL, "redis: unknown or malformed option '%s'", key);
+		}
+	}
+	return 0;
+}
+
+static int redis_open_common(struct backend *b, const char *args, bool cluster, bool check_only)
+{
+	struct redis_tier *rt;
+	int ret;
+
 	rt = ualloc_zero(sizeof(*rt));
 	if (!rt)
 		return -ENOMEM;
@@ -322,37 +391,9 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster, 
 		ufree(rt);
 		return -ENOMEM;
 	}
-	rt->rc.cluster = cluster;
-	snprintf(rt->rc.prefix, sizeof(rt->rc.prefix), "uswap:%d:", (int)getpid());
-	rt->rc.timeout_ms = 2000;
-	ret = redis_parse_seeds(&rt->rc, &args);
-	if (ret)
+	ret = redis_parse(&rt->rc, &rt->replicas, args, cluster);
+	if (ret || check_only)
 		goto out_free;
-	while (backend_next_arg(&args, key, sizeof(key), val, sizeof(val))) {
-		if (!strcmp(key, "prefix") && val[0] && strlen(val) < sizeof(rt->rc.prefix))
-			memcpy(rt->rc.prefix, val, strlen(val) + 1);
-		else if (!strcmp(key, "timeout") && parse_int(val, 1, 3600 * 1000, &rt->rc.timeout_ms))
-			;
-		else if (!strcmp(key, "replicas") && parse_int(val, 0, 64, &rt->replicas))
-			;
-		else if (!strcmp(key, "db") && parse_int(val, 0, 1 << 20, &rt->rc.db)) {
-			if (cluster && rt->rc.db) {
-				ret = err_set(-EINVAL, "redis-cluster: a cluster has only db=0");
-				goto out_free;
-			}
-		} else if ((!strcmp(key, "password-env") || !strcmp(key, "password-file")) && val[0]) {
-			ret = redis_read_secret(key, val, rt->rc.password, sizeof(rt->rc.password));
-			if (ret)
-				goto out_free;
-		} else {
-			ret = err_set(-EINVAL, "redis: unknown or malformed option '%s'", key);
-			goto out_free;
-		}
-	}
-	if (check_only) {
-		redis_free(rt);
-		return 0;
-	}
 	ret = seal_init(&rt->seal);
 	if (ret)
 		goto out_free;
@@ -362,6 +403,9 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster, 
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_mutex_init(&rt->batch_lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
+	ret = lease_open(&rt->lease, &rt->rc, &rt->batch_lock, &rt->next_handle);
+	if (ret)
+		goto out_free;
 	ret = thread_start(&rt->thread, "uswap-redis", redis_thread, rt);
 	if (ret)
 		goto out_free;
@@ -369,6 +413,26 @@ static int redis_open_common(struct backend *b, const char *args, bool cluster, 
 	return 0;
 out_free:
 	redis_free(rt);
+	return ret;
+}
+
+int redis_servers_open(const char *tier, struct rcluster *rc)
+{
+	int replicas = 0, ret;
+
+	memset(rc, 0, sizeof(*rc));
+	if (!strncmp(tier, "redis-cluster:", 14))
+		ret = redis_parse(rc, &replicas, tier + 14, true);
+	else if (!strncmp(tier, "redis:", 6))
+		ret = redis_parse(rc, &replicas, tier + 6, false);
+	else
+		ret = err_set(-EINVAL, "expected redis://HOST:PORT or redis-cluster://HOST:PORT,..., got '%s'", tier);
+	rc->lease_ms = 0;
+	if (!ret)
+		ret = rcluster_open(rc);
+	memset(rc->password, 0, sizeof(rc->password));
+	if (ret)
+		rcluster_close(rc);
 	return ret;
 }
 
@@ -394,7 +458,7 @@ static void redis_close(struct backend *b)
 	pthread_cond_broadcast(&rt->cond);
 	pthread_mutex_unlock(&rt->lock);
 	pthread_join(rt->thread, NULL);
-	redis_free(rt);
+	redis_free(rt); /* the lease thread stops and the alive key goes last */
 	b->priv = NULL;
 }
 
@@ -404,6 +468,14 @@ static void redis_stats(struct backend *b, struct uswap_tier_stats *st)
 	st->data_bytes = st->pages * PAGE_SIZE;
 	st->used_bytes = st->pages * SEALED_SIZE;
 	st->meta_bytes = sizeof(struct redis_tier) + REDIS_BATCH * SEALED_SIZE;
+}
+
+int redis_lease_stats(struct backend *b, struct lease_stats *out)
+{
+	if (b->ops != &redis_backend_ops && b->ops != &redis_cluster_backend_ops)
+		return -EINVAL;
+	lease_get_stats(&((struct redis_tier *)b->priv)->lease, out);
+	return 0;
 }
 
 int redis_counters(struct backend *b, struct rc_counters *out)

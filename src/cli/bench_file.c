@@ -8,6 +8,7 @@
  *     then swapoff of the file back into the pool (swapoff_*; the headline: pool -> file -> pool).
  *  3. a churn of random folio sizes and frees on a small file: fragmentation and split folios.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -98,6 +99,34 @@ static unsigned char *src_pages(void)
 	return p;
 }
 
+/*
+ * The tier's file opened again: a named swap file loses its name when the tier opens it, so it is
+ * found among this process's descriptors as "PATH (deleted)". Return: a descriptor, or -1.
+ */
+static int open_unlinked(const char *path, int flags)
+{
+	char want[128], link[128], fdpath[300];
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int fd = -1;
+
+	snprintf(want, sizeof(want), "%s (deleted)", path);
+	while (d && fd < 0 && (e = readdir(d))) {
+		ssize_t n;
+
+		snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%s", e->d_name);
+		n = readlink(fdpath, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		if (!strcmp(link, want))
+			fd = open(fdpath, flags);
+	}
+	if (d)
+		closedir(d);
+	return fd;
+}
+
 static int phase_plain(struct result *r, const unsigned char *src, size_t nfolios, uint64_t size)
 {
 	struct uswap_options o = {.no_background = 1};
@@ -120,7 +149,7 @@ static int phase_plain(struct result *r, const unsigned char *src, size_t nfolio
 	o.tiers = spec;
 	if (!ids || buf == MAP_FAILED || uswap_create_opts(&u, &o))
 		return fprintf(stderr, "uswap: bench file: %s\n", uswap_errmsg()), 1;
-	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	fd = open_unlinked(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
 	if (fd < 0)
 		goto out;
 	t = cli_now();

@@ -8,6 +8,7 @@
 int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
 struct live_stats;
 #include <stdio.h>
 void live_print_text(FILE *f, const struct live_stats *l);

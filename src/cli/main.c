@@ -15,6 +15,8 @@ static const char usage[] =
 	"                        run PROGRAM with its anonymous memory under the limit\n"
 	"  stat PID [--watch] [--json]\n"
 	"                        live statistics of a program under uswap run\n"
+	"  gc redis://HOST:PORT[:OPTIONS] [--match PATTERN] [--dry-run]\n"
+	"                        remove the remote pages of uswap instances that are no longer alive\n"
 	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES]\n"
 	"                        store/load throughput of the swap layer against raw lz4\n"
 	"  bench remote [--json] [--server HOST:PORT]\n"
@@ -78,6 +80,8 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
 		return cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "gc"))
+		return cmd_gc(argc - 1, argv + 1);
 	cli_usage_error("unknown command \"%s\"", argv[1]);
 	fputs(usage, stderr);
 	return 2;

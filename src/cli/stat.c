@@ -76,7 +76,10 @@ void live_print_text(FILE *f, const struct live_stats *l)
 	const struct uswap_mm_stats *m = &l->mm;
 	const struct uswap_stats *s = &l->swap;
 
-	fprintf(f, "pid %d (%.*s)%s  tiers %s\n", l->pid, (int)sizeof(l->comm), l->comm, l->exited ? " (exited)" : "",
+	fprintf(f, "pid %d (%.*s)%s  tiers %s\n", l->pid, (int)sizeof(l->comm), l->comm,
+		l->exited == LIVE_DEAD ? " (dead: killed or crashed; its last figures)"
+		: l->exited	       ? " (exited)"
+				       : "",
 		l->tiers);
 	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (", mib(m->resident_bytes), mib(m->limit_bytes));
 	if (l->budget_bytes && m->limit_bytes)
@@ -195,6 +198,24 @@ int live_collect(int run_pid, struct live_stats **out, size_t *nr)
 	return 0;
 }
 
+/*
+ * A process that died without exiting (SIGKILL, a crash) left its file: it is marked dead in @l,
+ * the file removed (nobody else will), and stderr told. Return: whether it was dead.
+ */
+static bool forget_if_dead(struct live_stats *l)
+{
+	char path[64];
+
+	if (!live_dead(l))
+		return false;
+	l->exited = LIVE_DEAD;
+	snprintf(path, sizeof(path), LIVE_PATH_FMT, l->pid);
+	if (!unlink(path))
+		fprintf(stderr, "uswap: stat: pid %d died without exiting (killed or crashed): removed %s\n",
+			l->pid, path);
+	return true;
+}
+
 /* `uswap stat PID` of a `uswap run`: every process it runs (a program may start others). */
 static int stat_run(int pid, bool watch, bool json)
 {
@@ -209,6 +230,8 @@ static int stat_run(int pid, bool watch, bool json)
 		}
 		if (watch && !json)
 			fputs("\033[H\033[2J", stdout);
+		for (size_t i = 0; i < n; i++)
+			forget_if_dead(&all[i]);
 		for (size_t i = 0; i < n; i++) {
 			if (json)
 				live_print_json(stdout, &all[i], NULL, 0);
@@ -269,11 +292,15 @@ int cmd_stat(int argc, char **argv)
 		}
 		if (watch && !json)
 			fputs("\033[H\033[2J", stdout);
+		bool dead = forget_if_dead(&l);
+
 		if (json)
 			live_print_json(stdout, &l, NULL, 0);
 		else
 			live_print_text(stdout, &l);
 		fflush(stdout);
+		if (dead)
+			return 1;
 		if (!watch || l.exited || kill(pid, 0))
 			break;
 		sleep(1);

@@ -2,9 +2,73 @@
  * live.c - the summary of a run as one JSON object: what `uswap stat --json` prints, what
  * `uswap run --stats-json` writes, and what the preload library writes for USWAP_STATS_JSON.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "util/live.h"
+
+/*
+ * What /proc/@pid/stat says: *state (R, S, Z, ...) and *start_ns, when the process started in ns of
+ * CLOCK_REALTIME (to a clock tick; 0 if unknown). Return: 0; -ENOENT no such process; -errno.
+ */
+static int proc_info(int pid, char *state, uint64_t *start_ns)
+{
+	unsigned long long ticks = 0, btime = 0;
+	char path[64], buf[1024], *p;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *f;
+	size_t n;
+
+	*start_ns = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+	if (!p || p[1] != ' ')
+		return -EIO;
+	*state = p[2];
+	/* ") S ...": state is field 3, starttime field 22 */
+	for (int field = 2; p && field < 22; field++)
+		p = strchr(p + 1, ' ');
+	if (!p || sscanf(p + 1, "%llu", &ticks) != 1 || hz <= 0)
+		return 0;
+	f = fopen("/proc/stat", "re");
+	if (!f)
+		return 0;
+	while (fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "btime %llu", &btime) == 1)
+			break;
+	fclose(f);
+	if (btime)
+		*start_ns = btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
+	return 0;
+}
+
+bool live_dead(const struct live_stats *l)
+{
+	uint64_t started;
+	char state = '?';
+	int ret;
+
+	if (l->exited || l->pid <= 0)
+		return false;
+	if (kill(l->pid, 0) && errno == ESRCH)
+		return true;
+	ret = proc_info(l->pid, &state, &started);
+	if (ret)
+		return ret == -ENOENT; /* gone between the two looks */
+	if (state == 'Z' || state == 'X') /* killed, not yet reaped */
+		return true;
+	/* A process with this pid that started well after the statistics did is another process. */
+	return started && l->started_ns && started > l->started_ns + 2000000000ull;
+}
 
 /* @s as a JSON string: a program's name or a file name may hold quotes or control characters. */
 static void print_str(FILE *f, const char *s, size_t max)
@@ -47,7 +111,10 @@ static void print_one(FILE *f, const struct live_stats *l)
 
 	fprintf(f, "{\"pid\":%d,\"comm\":", l->pid);
 	print_str(f, l->comm, sizeof(l->comm));
-	fprintf(f, ",\"exited\":%s,\"tiers\":", l->exited ? "true" : "false");
+	fprintf(f, ",\"exited\":%s,", l->exited ? "true" : "false");
+	if (l->exited == LIVE_DEAD)
+		fputs("\"dead\":true,", f);
+	fputs("\"tiers\":", f);
 	print_str(f, l->tiers, sizeof(l->tiers));
 	fprintf(f, ",\"budget_bytes\":%llu,\"pool_share_bytes\":%llu", (unsigned long long)l->budget_bytes,
 		(unsigned long long)m->pool_share_bytes);

@@ -6,6 +6,7 @@
 #ifndef USWAP_UTIL_LIVE_H
 #define USWAP_UTIL_LIVE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -33,7 +34,7 @@ struct live_stats {
 	uint64_t magic;
 	volatile uint64_t seq; /* odd while being written */
 	int32_t pid;
-	uint32_t exited;
+	uint32_t exited;        /* 1: it exited; a reader sets LIVE_DEAD in its copy (see live_dead()) */
 	int32_t run_pid;        /* the `uswap run` this process runs under (0: none) */
 	char comm[16];          /* the program's name, as in /proc/PID/comm */
 	uint64_t updated_ns;    /* CLOCK_REALTIME */
@@ -44,6 +45,15 @@ struct live_stats {
 	struct uswap_stats swap;
 	struct live_hist hist;
 };
+
+#define LIVE_DEAD 2 /* exited as a reader marks it: the process died without exiting (SIGKILL, a crash) */
+
+/*
+ * live_dead() - whether the process of @l is gone without having exited: its pid is free, or names a
+ * process started after @l's statistics began (the pid was reused). A file for which this holds will
+ * never be updated or removed by its writer.
+ */
+bool live_dead(const struct live_stats *l);
 
 /*
  * live_print_json() - @l as one line of JSON on @f, with @nr_desc more processes of the same
