@@ -388,6 +388,7 @@ struct uswap_mm_stats {
 	uint64_t clean_evictions;  /* ... of which released without a store */
 	uint64_t store_failures;   /* evictions no tier took: the folio stayed resident */
 	uint64_t load_failures;    /* swap-ins whose data could not be read: pages poisoned (SIGBUS) */
+	uint64_t load_retries;     /* loads tried again after an error that may pass (I/O, timeout) */
 	uint64_t direct_reclaims;  /* fault handlers that found resident over the limit and reclaimed */
 	uint64_t events_remove, events_unmap, events_remap; /* madvise, munmap, mremap seen */
 	uint64_t untracked_faults; /* faults outside every region (served a zero page) */

@@ -849,7 +849,8 @@ static int read_or_sigbus(const volatile unsigned char *p, unsigned char *out)
 }
 
 /*
- * A swap-in whose load fails (docs/mm.md): the pages are poisoned, every touch of them gets SIGBUS
+ * A swap-in whose load fails once is tried again and comes in; one whose every try fails (docs/mm.md):
+ * the pages are poisoned, every touch of them gets SIGBUS
  * (BUS_MCEERR_AR at the page) until they are discarded, and never reads other data (zeros); the
  * other pages are intact. Both fault modes; folios of 1 and 16 pages.
  */
@@ -886,8 +887,17 @@ static void test_mm_load_fails(void)
 			for (int k = 0; k < 50 && (uswap_mm_stats(m, &st), st.resident_bytes); k++)
 				uswap_mm_shrink(m, 0);
 			CHECK_EQ(st.resident_bytes, 0);
+			/* an error that passes: the load is tried again, and the page comes in intact */
 			CHECK_EQ(backend_inject(testhook_tier(uswap_mm_swap(m), 1), false, 1, -EIO, false), 0);
+			CHECK_EQ(read_or_sigbus(p + (hit + folio) * PS + 100, &c), 0);
+			CHECK_EQ(csum_buf(p + (hit + folio) * PS, PS), sums[hit + folio]);
+			uswap_mm_stats(m, &st);
+			CHECK(st.load_retries >= 1);
+			CHECK_EQ(st.load_failures, 0);
+			/* one that stays: every try fails, and the pages are poisoned */
+			CHECK_EQ(backend_inject(testhook_tier(uswap_mm_swap(m), 1), false, 1, -EIO, true), 0);
 			CHECK_EQ(read_or_sigbus(p + hit * PS + 100, &c), 1);
+			CHECK_EQ(backend_inject(testhook_tier(uswap_mm_swap(m), 1), false, 0, 0, false), 0);
 			CHECK(bus_addr != NULL && (unsigned char *)bus_addr >= p + hit * PS &&
 			      (unsigned char *)bus_addr < p + (hit + 1) * PS);
 			/* the kernel's code for a poison marker: BUS_MCEERR_AR before 6.11, BUS_ADRERR since */

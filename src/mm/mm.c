@@ -634,6 +634,7 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->clean_evictions = atomic_load(&c->clean_evictions);
 	st->store_failures = atomic_load(&c->store_failures);
 	st->load_failures = atomic_load(&c->load_failures);
+	st->load_retries = atomic_load(&c->load_retries);
 	st->direct_reclaims = atomic_load(&c->direct_reclaims);
 	st->events_remove = atomic_load(&c->events_remove);
 	st->events_unmap = atomic_load(&c->events_unmap);

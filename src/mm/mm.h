@@ -178,7 +178,7 @@ struct mm_counters {
 	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults, evictions, evicted_pages,
 		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
 		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults, reclaim_ns, store_ns,
-		stall_ns;
+		stall_ns, load_retries;
 };
 
 /* A range of addresses [start, end). */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "mm/mm.h"
 #include "util/alloc.h"
@@ -43,12 +44,36 @@ static bool clean_pays(struct uswap_mm *m)
 	return atomic_fetch_add_explicit(&m->wp_probe, 1, memory_order_relaxed) % WP_PROBE_EVERY == 0;
 }
 
+/*
+ * A load that fails for a reason that may pass (a tier's I/O error, a server's timeout) is tried
+ * again, LOAD_TRIES times in all, after 1, 10 and 100 ms: the kernel keeps a swap entry after a read
+ * error and a later fault reads again; a page poisoned at the first error would be lost to a blip.
+ * Data that does not match its checksum (-EBADMSG) or an id the layer does not know is not tried
+ * again. Meanwhile the thread that touched the page waits, as it would for a slow disk.
+ */
+#define LOAD_TRIES 4
+
+static int load_tried(struct uswap_mm *m, uint64_t w, size_t n, unsigned char *stage)
+{
+	int ret = uswap_load_pages(m->swap, pg_id(w), pg_idx(w), n, stage);
+
+	for (unsigned t = 1, ms = 1; ret && ret != -EBADMSG && ret != -ENOENT && ret != -EINVAL && t < LOAD_TRIES;
+	     t++, ms *= 10) {
+		struct timespec ts = {0, (long)ms * 1000000L};
+
+		atomic_fetch_add(&m->c.load_retries, 1);
+		nanosleep(&ts, NULL);
+		ret = uswap_load_pages(m->swap, pg_id(w), pg_idx(w), n, stage);
+	}
+	return ret;
+}
+
 static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t i, size_t n,
 		      bool write, bool wake)
 {
 	uint64_t w = r->pages[i];
 	size_t done, dp;
-	int ret = uswap_load_pages(m->swap, pg_id(w), pg_idx(w), n, stage);
+	int ret = load_tried(m, w, n, stage);
 
 	if (ret) {
 		/* The data is gone (tier error, checksum mismatch): never hand out wrong data. */
