@@ -1,9 +1,11 @@
 /*
  * test_mm_auto.c - a limit that finds itself (uswap_mm_options.limit_auto): it comes down while the
  * program does not wait on swap-ins, goes back up when it does, keeps to its floor and ceiling, and
- * loses no page on the way; and the limit strings a user writes.
+ * loses no page on the way; a limit lifted while reclaim works; and the limit strings a user writes.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -132,6 +134,73 @@ static void test_auto_rises(void)
 	free(sums);
 }
 
+/*
+ * A limit lifted (0: none) while reclaim works under it: the run in progress stops and nothing is
+ * evicted any more (the reclaimer once spun on an inactive target of ~2^62 pages, holding its lock,
+ * and the program's faults waited behind it).
+ */
+struct writer {
+	unsigned char *p;
+	size_t n;
+	uint32_t *sums;
+	atomic_int done;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+
+	fill(w->p, w->n, w->sums);
+	atomic_store(&w->done, 1);
+	return NULL;
+}
+
+static void test_limit_lifted(void)
+{
+	struct uswap_mm_options o = {.limit_bytes = 4 * MiB, .tiers = TIERS};
+	struct writer w = {.n = 64 * MiB / PS};
+	struct uswap_mm_stats st, st2;
+	struct uswap_mm *m = NULL;
+	pthread_t th;
+	int ret = uswap_mm_create(&m, &o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	if (!m)
+		return;
+	w.sums = calloc(w.n, sizeof(*w.sums));
+	CHECK_EQ(uswap_map(m, w.n * PS, 0, (void **)&w.p), 0);
+	for (int round = 0; round < 8; round++) { /* lifted at a different moment of the runs each time */
+		uint64_t from;
+
+		CHECK_EQ(uswap_mm_set_limit(m, 4 * MiB), 0);
+		atomic_store(&w.done, 0);
+		uswap_mm_stats(m, &st);
+		from = st.evicted_pages;
+		CHECK_EQ(pthread_create(&th, NULL, writer_main, &w), 0);
+		do
+			uswap_mm_stats(m, &st);
+		while (st.evicted_pages < from + 500u * (unsigned)(round + 1) && !atomic_load(&w.done));
+		CHECK_EQ(uswap_mm_set_limit(m, 0), 0);
+		for (double t0 = now_s(); !atomic_load(&w.done) && now_s() - t0 < 30;)
+			usleep(10000);
+		CHECK(atomic_load(&w.done)); /* the writer was not held up for good */
+		if (!atomic_load(&w.done))
+			break; /* a reclaimer that spins: the runner's timeout ends it */
+		pthread_join(th, NULL);
+	}
+	uswap_mm_stats(m, &st);
+	usleep(300000);
+	uswap_mm_stats(m, &st2);
+	CHECK_EQ(st.limit_bytes, 0);
+	CHECK_EQ(st2.evicted_pages, st.evicted_pages); /* no limit: nothing more leaves */
+	CHECK_EQ(bad_pages(w.p, w.n, w.sums), 0);
+	CHECK_EQ(uswap_unmap(m, w.p, w.n * PS), 0);
+	uswap_mm_destroy(m);
+	free(w.sums);
+}
+
 static void test_parse_limit(void)
 {
 	static const struct {
@@ -171,4 +240,4 @@ static void test_parse_limit(void)
 	}
 }
 
-CHECK_MAIN(T(test_parse_limit), T(test_auto_descends), T(test_auto_rises))
+CHECK_MAIN(T(test_parse_limit), T(test_auto_descends), T(test_auto_rises), T(test_limit_lifted))

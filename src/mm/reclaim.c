@@ -72,7 +72,8 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
 	atomic_store(&m->limit_pages, limit_pages);
 	atomic_store(&m->high_pages, limit_pages - slack / 2);
 	atomic_store(&m->low_pages, limit_pages - slack);
-	atomic_store(&m->inactive_target_pages, limit_pages / 100 * inactive_pct);
+	/* No limit, no second chances to keep: nothing is evicted. */
+	atomic_store(&m->inactive_target_pages, limit_pages >= UINT64_MAX / 4 ? 0 : limit_pages / 100 * inactive_pct);
 }
 
 /*
@@ -566,10 +567,18 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 		uint64_t res, inact, want, t0;
 		struct hand_result front = {0}, back = {0};
 
-		/* With the pool in the limit, the target moves with the pool: what it took, or gave back. */
-		if (reclaim_budget_apply(m)) {
-			target = target - limit + atomic_load(&m->limit_pages);
-			limit = atomic_load(&m->limit_pages);
+		/*
+		 * The target moves with the limit: with the pool in the limit, by what the pool took or gave
+		 * back; with limit_auto or uswap_mm_set_limit(), by the new limit. Without a limit, no run.
+		 */
+		reclaim_budget_apply(m);
+		if (atomic_load(&m->limit_pages) != limit) {
+			uint64_t now = atomic_load(&m->limit_pages);
+
+			if (now >= UINT64_MAX / 4)
+				break;
+			target = now > limit ? target + (now - limit) : target > limit - now ? target - (limit - now) : 0;
+			limit = now;
 		}
 		res = atomic_load(&m->resident);
 		if (res <= target || idle >= 3 || dry >= DRY_ROUNDS || atomic_load(&m->forking))
