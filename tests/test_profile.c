@@ -217,6 +217,39 @@ static void wrong_runs_fail(void)
 	free(e);
 }
 
+/* --rounds 3: every configuration three times; its time is the median of its rounds. */
+static void rounds_take_medians(void)
+{
+	char out[300], err[300];
+	char *argv[] = {uswap_bin, "profile", "--rounds", "3",       "--limits", "16M",       "--auto",
+			"none",    "--json",  "--",       "/bin/sh", "-c",       "echo same", NULL};
+
+	snprintf(out, sizeof(out), "%s/rounds.out", tmpdir);
+	snprintf(err, sizeof(err), "%s/rounds.err", tmpdir);
+	int st = run(argv, out, err);
+	char *js = slurp(out);
+
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(js && strstr(js, "\"rounds\":3,") && strstr(js, "\"all_ok\":true"));
+	CHECK_EQ(count(js, "\"seconds_rounds\":["), 2);
+	for (const char *r = js; r && (r = strstr(r, "\"seconds\":")); r++) {
+		double med = atof(r + 10), t[3];
+		const char *q = strstr(r, "\"seconds_rounds\":[");
+
+		CHECK(q && sscanf(q + 18, "%lf,%lf,%lf", &t[0], &t[1], &t[2]) == 3);
+		if (!q)
+			break;
+		unsigned below = 0, above = 0;
+		for (int i = 0; i < 3; i++) {
+			below += t[i] < med;
+			above += t[i] > med;
+		}
+		CHECK(below <= 1 && above <= 1); /* med is one of them, the middle one */
+		CHECK(t[0] == med || t[1] == med || t[2] == med);
+	}
+	free(js);
+}
+
 /* Refused with exit status 2 before any run. */
 static void bad_options(void)
 {
@@ -244,7 +277,8 @@ static void bad_options(void)
 
 int main(int argc, char **argv)
 {
-	static const struct test tests[] = {T(bad_options), T(wrong_runs_fail), T(profile_python)};
+	static const struct test tests[] = {T(bad_options), T(wrong_runs_fail), T(rounds_take_medians),
+					    T(profile_python)};
 	const char *build = getenv("BUILD");
 
 	snprintf(uswap_bin, sizeof(uswap_bin), "%s/uswap", build && *build ? build : "build");

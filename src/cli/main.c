@@ -15,7 +15,7 @@ static const char usage[] =
 	"usage: uswap COMMAND [ARGS]\n"
 	"  run --limit SIZE [--tiers SPEC] [--folio SIZE] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
 	"                        run PROGRAM with its anonymous memory under the limit\n"
-	"  profile [--limits 100%,75%,50%,25%,10%] [--json] [--svg FILE] -- PROGRAM [ARGS...]\n"
+	"  profile [--limits 100%,75%,50%,25%,10%] [--rounds N] [--json] [--svg FILE] -- PROGRAM [ARGS...]\n"
 	"                        PROGRAM plainly, at each limit and under --limit auto: time,\n"
 	"                        swap-ins, peak resident size, same output\n"
 	"  stat PID [--watch] [--json]\n"

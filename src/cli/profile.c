@@ -24,14 +24,15 @@
 #include "uswap.h"
 
 static const char profile_usage[] =
-	"usage: uswap profile [--limits LIST] [--auto SPEC|none] [--timeout SECONDS|Nx] [--stdin FILE]\n"
-	"                     [--tiers SPEC] [--json] [--svg FILE] -- PROGRAM [ARGS...]\n"
+	"usage: uswap profile [--limits LIST] [--auto SPEC|none] [--rounds N] [--timeout SECONDS|Nx]\n"
+	"                     [--stdin FILE] [--tiers SPEC] [--json] [--svg FILE] -- PROGRAM [ARGS...]\n"
 	"  runs PROGRAM plainly, then under `uswap run` at each limit and once under --limit auto, and\n"
 	"  prints time, slowdown, swap-ins, pool and file use and peak resident size of each run; every\n"
 	"  run's exit status and stdout must be the plain run's (exit status 1 when one differs)\n"
 	"  --limits LIST      comma-separated: N% of the plain run's peak resident size, or sizes (64M);\n"
 	"                     default 100%,75%,50%,25%,10%\n"
 	"  --auto SPEC        the adaptive run's --limit (default auto; none: no such run)\n"
+	"  --rounds N         run the whole set N times, alternating; times are medians (default 1)\n"
 	"  --timeout T        stop a run under uswap after T seconds, or Nx the plain run's time (default\n"
 	"                     10x, at least 10 s); a stopped run is reported, not counted as wrong\n"
 	"  --stdin FILE       every run's standard input (default /dev/null)\n"
@@ -44,7 +45,7 @@ static const char profile_usage[] =
 
 struct profile {
 	char *const *cmd;
-	const char *in_path, *tiers;
+	const char *prog, *in_path, *tiers;
 	char tmpdir[64];
 	double timeout_s, timeout_x; /* one of them: seconds, or a multiple of the plain time */
 	const struct prun *plain;
@@ -301,8 +302,11 @@ static int run_one(struct profile *p, struct prun *r, const char *path, bool sea
 	return g_interrupted ? -1 : 0;
 }
 
-/* The run under `uswap run --limit r->limit_arg`, compared with the plain run. */
-static int run_under(struct profile *p, struct prun *r, unsigned idx)
+/*
+ * Run @r: plainly (a later round's plain run) or under `uswap run --limit r->limit_arg`; then compare
+ * it with the first plain run, loudly when it differs.
+ */
+static int run_checked(struct profile *p, struct prun *r, unsigned idx)
 {
 	char stats[128], err[128], *argv[16 + 4096];
 	size_t n = 0;
@@ -330,10 +334,16 @@ static int run_under(struct profile *p, struct prun *r, unsigned idx)
 	for (size_t i = 0; p->cmd[i] && n < sizeof(argv) / sizeof(argv[0]) - 1; i++)
 		argv[n++] = p->cmd[i];
 	argv[n] = NULL;
-	ret = run_one(p, r, "/proc/self/exe", false, argv, err, deadline);
-	if (ret)
+	if (r->kind == PRUN_PLAIN)
+		ret = run_one(p, r, p->prog, false, p->cmd, err, 0);
+	else
+		ret = run_one(p, r, "/proc/self/exe", false, argv, err, deadline);
+	if (ret) {
+		unlink(err);
 		return ret;
-	read_stats(r, stats);
+	}
+	if (r->kind != PRUN_PLAIN)
+		read_stats(r, stats);
 	unlink(stats);
 
 	const struct prun *pl = p->plain;
@@ -346,7 +356,11 @@ static int run_under(struct profile *p, struct prun *r, unsigned idx)
 
 		hex(a, r->sha256);
 		hex(b, pl->sha256);
-		fprintf(stderr, "uswap: profile: WRONG RUN at --limit %s: ", r->limit_arg);
+		if (r->kind == PRUN_PLAIN)
+			fprintf(stderr, "uswap: profile: the program is not deterministic: a plain run ended "
+					"differently from the first: ");
+		else
+			fprintf(stderr, "uswap: profile: WRONG RUN at --limit %s: ", r->limit_arg);
 		if (r->status != pl->status)
 			fprintf(stderr, "wait status 0x%x, plainly 0x%x\n", (unsigned)r->status,
 				(unsigned)pl->status);
@@ -359,10 +373,45 @@ static int run_under(struct profile *p, struct prun *r, unsigned idx)
 	}
 	if (r->timed_out || !r->output_ok)
 		show_tail(err);
-	else if (!r->have_stats)
+	else if (!r->have_stats && r->kind != PRUN_PLAIN)
 		fprintf(stderr, "uswap: profile: %s: no statistics were published\n", r->label);
 	unlink(err);
 	return 0;
+}
+
+static int by_secs(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The figures shown for each of @n configurations run in @rounds rounds (@all, round by round): the
+ * run of the median time (the lower one of an even count), its output_ok and timed_out those of every
+ * round, and every round's time in round_secs.
+ */
+static void pick_medians(const struct prun *all, size_t n, unsigned rounds, struct prun *rep)
+{
+	for (size_t k = 0; k < n; k++) {
+		double sorted[MAX_ROUNDS];
+		unsigned m = 0;
+
+		for (unsigned j = 0; j < rounds; j++)
+			sorted[j] = all[j * n + k].secs;
+		qsort(sorted, rounds, sizeof(sorted[0]), by_secs);
+		while (all[m * n + k].secs != sorted[(rounds - 1) / 2])
+			m++;
+		rep[k] = all[m * n + k];
+		rep[k].nr_rounds = rounds;
+		for (unsigned j = 0; j < rounds; j++) {
+			const struct prun *r = &all[j * n + k];
+
+			rep[k].round_secs[j] = r->secs;
+			rep[k].output_ok &= r->output_ok;
+			rep[k].timed_out |= r->timed_out;
+		}
+	}
 }
 
 /* ---- what is printed ---- */
@@ -370,7 +419,7 @@ static int run_under(struct profile *p, struct prun *r, unsigned idx)
 static const char *outcome(const struct prun *r)
 {
 	if (r->kind == PRUN_PLAIN)
-		return "reference";
+		return r->output_ok ? "reference" : "VARIES";
 	if (r->timed_out)
 		return "TIMEOUT";
 	return r->output_ok ? "ok" : "WRONG";
@@ -418,6 +467,11 @@ static void print_table(FILE *f, const struct prun *runs, size_t n)
 			r->hist_step_ms / 1000.0, (unsigned long long)r->stall_ms, mib(r->maxrss_bytes),
 			mib(pl->maxrss_bytes));
 	}
+	if (pl->nr_rounds > 1)
+		fprintf(f,
+			"times: the median of %u rounds, run alternately (the other figures: of that run); "
+			"output: of every round\n",
+			pl->nr_rounds);
 }
 
 static void print_json_str(FILE *f, const char *s)
@@ -436,7 +490,9 @@ static void print_json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-static void print_json(FILE *f, char *const cmd[], const struct prun *runs, size_t n, bool all_ok)
+/* @ref_peak: the first plain run's peak, of which the N% limits were taken. */
+static void print_json(FILE *f, char *const cmd[], const struct prun *runs, size_t n, uint64_t ref_peak,
+		       bool all_ok)
 {
 	static const char *kinds[] = {"plain", "limit", "auto"};
 	const struct prun *pl = &runs[0];
@@ -446,8 +502,9 @@ static void print_json(FILE *f, char *const cmd[], const struct prun *runs, size
 		fputs(i ? "," : "", f);
 		print_json_str(f, cmd[i]);
 	}
-	fprintf(f, "],\"plain_seconds\":%.3f,\"plain_peak_bytes\":%llu,\"all_ok\":%s,\"runs\":[", pl->secs,
-		(unsigned long long)pl->maxrss_bytes, all_ok ? "true" : "false");
+	fprintf(f,
+		"],\"rounds\":%u,\"plain_seconds\":%.3f,\"plain_peak_bytes\":%llu,\"all_ok\":%s,\"runs\":[",
+		pl->nr_rounds, pl->secs, (unsigned long long)ref_peak, all_ok ? "true" : "false");
 	for (size_t i = 0; i < n; i++) {
 		const struct prun *r = &runs[i];
 		char h[65];
@@ -465,8 +522,7 @@ static void print_json(FILE *f, char *const cmd[], const struct prun *runs, size
 			(unsigned long long)r->limit_bytes, r->secs, pl->secs > 0 ? r->secs / pl->secs : 0.0,
 			WIFEXITED(r->status) ? WEXITSTATUS(r->status) : -1,
 			WIFSIGNALED(r->status) ? WTERMSIG(r->status) : 0, r->timed_out ? "true" : "false",
-			(unsigned long long)r->stdout_bytes, h,
-			r->kind == PRUN_PLAIN || r->output_ok ? "true" : "false",
+			(unsigned long long)r->stdout_bytes, h, r->output_ok ? "true" : "false",
 			(unsigned long long)r->maxrss_bytes);
 		if (r->have_stats)
 			fprintf(f,
@@ -486,6 +542,12 @@ static void print_json(FILE *f, char *const cmd[], const struct prun *runs, size
 			for (uint32_t j = 0; j < r->hist_n; j++)
 				fprintf(f, "%s%llu", j ? "," : "", (unsigned long long)r->hist[j]);
 			fprintf(f, "]}");
+		}
+		if (r->nr_rounds > 1) {
+			fprintf(f, ",\"seconds_rounds\":[");
+			for (unsigned j = 0; j < r->nr_rounds; j++)
+				fprintf(f, "%s%.3f", j ? "," : "", r->round_secs[j]);
+			fputc(']', f);
 		}
 		fputc('}', f);
 	}
@@ -540,6 +602,8 @@ int cmd_profile(int argc, char **argv)
 	double pct[MAX_LIMITS];
 	size_t nl = 0, n = 0;
 	bool json = false;
+	const char *rounds_arg = "1";
+	unsigned rounds;
 	char prog[PATH_MAX];
 	int i, ret = 0;
 
@@ -574,6 +638,8 @@ int cmd_profile(int argc, char **argv)
 			p.tiers = v;
 		else if (!strcmp(a, "--svg"))
 			svg = v;
+		else if (!strcmp(a, "--rounds"))
+			rounds_arg = v;
 		else
 			return cli_usage_error("profile: unknown option \"%s\"\n%s", a, profile_usage);
 		i++;
@@ -581,6 +647,7 @@ int cmd_profile(int argc, char **argv)
 	if (i >= argc)
 		return cli_usage_error("profile: no PROGRAM to run\n%s", profile_usage);
 	p.cmd = argv + i;
+	p.prog = prog;
 
 	/* Everything checked before the first run. */
 	memset(runs, 0, sizeof(runs));
@@ -615,6 +682,14 @@ int cmd_profile(int argc, char **argv)
 		else
 			p.timeout_s = t;
 	}
+	{
+		char *end;
+		unsigned long r = strtoul(rounds_arg, &end, 10);
+
+		if (*end || !*rounds_arg || r < 1 || r > MAX_ROUNDS)
+			return cli_usage_error("profile: --rounds \"%s\": 1 to %d", rounds_arg, MAX_ROUNDS);
+		rounds = (unsigned)r;
+	}
 	if (p.tiers && uswap_check_tiers(p.tiers))
 		return cli_usage_error("profile: --tiers: %s", uswap_errmsg());
 	if (access(p.in_path, R_OK))
@@ -639,49 +714,71 @@ int cmd_profile(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 
-	char err[128];
-	snprintf(err, sizeof(err), "%s/stderr.plain", p.tmpdir);
-	fprintf(stderr, "uswap: profile: plain run\n");
-	if (run_one(&p, &runs[0], prog, false, p.cmd, err, 0)) {
-		unlink(err);
-		ret = g_interrupted ? 128 + g_interrupted : 1;
+	/* Round by round: the plain run, each limit, auto; the first plain run is the reference. */
+	struct prun *all = calloc(n * rounds, sizeof(*all));
+	bool all_ok = true;
+
+	if (!all) {
+		ret = 1;
 		goto out;
 	}
-	unlink(err);
-	p.plain = &runs[0];
-	fprintf(stderr, "uswap: profile: plain: %.2f s, peak %.1f MiB, exit status %d\n", runs[0].secs,
-		mib(runs[0].maxrss_bytes), WIFEXITED(runs[0].status) ? WEXITSTATUS(runs[0].status) : -1);
-	for (size_t k = 0; k < nl; k++) {
-		struct prun *r = &runs[1 + k];
+	for (unsigned j = 0; j < rounds; j++) {
+		for (size_t k = 0; k < n; k++) {
+			struct prun *r = &all[j * n + k];
 
-		if (pct[k] > 0) {
-			r->limit_bytes = (uint64_t)((double)runs[0].maxrss_bytes * pct[k] / 100.0);
-			if (r->limit_bytes < MIN_LIMIT) {
-				fprintf(stderr,
-					"uswap: profile: %s of the plain peak is under 4 MiB: 4M instead\n",
-					r->label);
-				r->limit_bytes = MIN_LIMIT;
+			*r = runs[k];
+			if (rounds > 1)
+				fprintf(stderr, "uswap: profile: round %u of %u, ", j + 1, rounds);
+			else
+				fprintf(stderr, "uswap: profile: ");
+			if (k)
+				fprintf(stderr, "run %zu of %zu: --limit %s\n", k, n - 1, r->limit_arg);
+			else
+				fprintf(stderr, "plain run\n");
+			if (!j && !k) {
+				char err[128];
+
+				snprintf(err, sizeof(err), "%s/stderr.plain", p.tmpdir);
+				ret = run_one(&p, r, prog, false, p.cmd, err, 0);
+				unlink(err);
+				r->output_ok = true;
+				p.plain = r;
+			} else {
+				ret = run_checked(&p, r, (unsigned)(j * n + k));
+			}
+			if (ret) {
+				ret = g_interrupted ? 128 + g_interrupted : 1;
+				goto out_all;
+			}
+			fprintf(stderr, "uswap: profile: %s: %.2f s, peak %.1f MiB, %s\n", r->label, r->secs,
+				mib(r->maxrss_bytes), outcome(r));
+			all_ok &= r->output_ok || r->timed_out;
+			if (j || k)
+				continue;
+			/* The limits in % are of the first plain run's peak. */
+			for (size_t l = 0; l < nl; l++) {
+				struct prun *c = &runs[1 + l];
+
+				if (pct[l] > 0) {
+					c->limit_bytes = (uint64_t)((double)r->maxrss_bytes * pct[l] / 100.0);
+					if (c->limit_bytes < MIN_LIMIT) {
+						fprintf(stderr,
+							"uswap: profile: %s of the plain peak is under 4 "
+							"MiB: 4M "
+							"instead\n",
+							c->label);
+						c->limit_bytes = MIN_LIMIT;
+					}
+				}
+				c->limit_bytes &= ~4095ull;
+				snprintf(c->limit_arg, sizeof(c->limit_arg), "%lluK",
+					 (unsigned long long)(c->limit_bytes >> 10));
 			}
 		}
-		r->limit_bytes &= ~4095ull;
-		snprintf(r->limit_arg, sizeof(r->limit_arg), "%lluK",
-			 (unsigned long long)(r->limit_bytes >> 10));
 	}
-
-	bool all_ok = true;
-	for (size_t k = 1; k < n; k++) {
-		struct prun *r = &runs[k];
-
-		fprintf(stderr, "uswap: profile: run %zu of %zu: --limit %s\n", k, n - 1, r->limit_arg);
-		if (run_under(&p, r, (unsigned)k)) {
-			ret = g_interrupted ? 128 + g_interrupted : 1;
-			goto out;
-		}
-		fprintf(stderr, "uswap: profile: %s: %.2f s, %s\n", r->label, r->secs, outcome(r));
-		all_ok &= r->output_ok || r->timed_out;
-	}
+	pick_medians(all, n, rounds, runs);
 	if (json)
-		print_json(stdout, p.cmd, runs, n, all_ok);
+		print_json(stdout, p.cmd, runs, n, all[0].maxrss_bytes, all_ok);
 	else
 		print_table(stdout, runs, n);
 	if (svg) {
@@ -707,9 +804,11 @@ int cmd_profile(int argc, char **argv)
 			"uswap: profile: WRONG: a run under uswap ended differently from the plain run\n");
 		ret = 1;
 	}
+out_all:
+	for (size_t k = 0; k < n * rounds; k++)
+		free(all[k].hist);
+	free(all);
 out:
-	for (size_t k = 0; k < n; k++)
-		free(runs[k].hist);
 	rmdir(p.tmpdir);
 	return ret;
 }

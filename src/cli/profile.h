@@ -11,6 +11,8 @@
 
 enum prun_kind { PRUN_PLAIN, PRUN_LIMIT, PRUN_AUTO };
 
+#define MAX_ROUNDS 15
+
 struct prun {
 	enum prun_kind kind;
 	char label[48];       /* "plain", "50% 256.0M", "64M", "auto" */
@@ -25,6 +27,8 @@ struct prun {
 	uint64_t stdout_bytes;
 	unsigned char sha256[32]; /* of stdout */
 	bool output_ok;           /* same exit status and stdout as the plain run */
+	unsigned nr_rounds;       /* --rounds: secs is the median of round_secs */
+	double round_secs[MAX_ROUNDS];
 
 	/* from the run's --stats-json, summed over the program and the programs it started */
 	bool have_stats;
