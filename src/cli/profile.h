@@ -1,11 +1,12 @@
 /*
- * profile.h - what `uswap profile` (profile.c, the runs) and its plot (profile_svg.c) share: one run
- * of the program and the figures measured of it.
+ * profile.h - what `uswap profile` (profile.c, the runs), its table and JSON (profile_print.c) and its
+ * plot (profile_svg.c) share: one run of the program and the figures measured of it.
  */
 #ifndef USWAP_CLI_PROFILE_H
 #define USWAP_CLI_PROFILE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -41,6 +42,19 @@ struct prun {
 	uint64_t hist_lowest, hist_final, hist_mean;
 };
 
+double profile_mib(uint64_t bytes);
+/* profile_hex() - @h as 64 hex digits and a NUL in @out. */
+void profile_hex(char out[65], const unsigned char h[32]);
+/* profile_outcome() - the table's output column: reference, VARIES, ok, WRONG, TIMEOUT. */
+const char *profile_outcome(const struct prun *r);
+/* profile_print_table() - @n runs, the plain run first, as a table on @f. */
+void profile_print_table(FILE *f, const struct prun *runs, size_t n);
+/*
+ * profile_print_json() - the same as one JSON object: @cmd, @ref_peak (the first plain run's peak, of
+ * which the N% limits were taken), @all_ok and the runs.
+ */
+void profile_print_json(FILE *f, char *const cmd[], const struct prun *runs, size_t n, uint64_t ref_peak,
+			bool all_ok);
 /*
  * profile_svg() - the runs as a plot on @f: time against memory (the limit; the plain run's peak; the
  * auto run's mean limit), one circle per run (class "run plain", "run limit" or "run auto", its
