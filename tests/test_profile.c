@@ -2,7 +2,8 @@
  * test_profile.c - `uswap profile`: python3 holding ~60 MB profiled at 100% and 50% of its plain peak
  * and under --limit auto, with --json and --svg; every run's output is the plain run's, the JSON
  * holds the runs, and the SVG (parsed by python3's xml.etree) is well-formed with an <svg> root and one
- * circle per run whose <title> carries the JSON's time, placed by memory. A program that prints
+ * circle per run whose <title> carries the JSON's time, placed by memory (and valid SVG 1.1 by the
+ * DTD when w3c-sgml-lib is installed). A program that prints
  * something else under uswap (it sees USWAP_RUN) or exits differently makes the profile fail loudly;
  * bad options are refused before anything runs.
  */
@@ -170,6 +171,16 @@ static void profile_python(void)
 		show(chk_err);
 		show(out);
 		show(svg);
+	}
+	/* Valid SVG 1.1, where the DTD is at hand (Debian's w3c-sgml-lib; not a dependency) */
+	static const char dtd[] = "/usr/share/xml/w3c-sgml-lib/schema/dtd/REC-SVG11-20110816/svg11.dtd";
+	if (!access("/usr/bin/xmllint", X_OK) && !access(dtd, R_OK)) {
+		char *lint[] = {"/usr/bin/xmllint", "--noout", "--dtdvalid", (char *)dtd, svg, NULL};
+		int lst = run(lint, chk_out, chk_err);
+
+		CHECK(WIFEXITED(lst) && WEXITSTATUS(lst) == 0);
+		if (!WIFEXITED(lst) || WEXITSTATUS(lst))
+			show(chk_err);
 	}
 	free(js);
 }
