@@ -198,12 +198,12 @@ static void stop_group(pid_t pid, double now, double *term_at, bool *killed)
 }
 
 /*
- * Run @argv (@path; PATH searched when @search) in a process group of its own, stdin from the profile's
+ * Run @argv (the program at @path) in a process group of its own, stdin from the profile's
  * input, stdout hashed, stderr to @err_path; stopped at @deadline_s after the start (0: never). What
  * the program leaves running after it exits is killed with its group.
  * Return: 0; -1 it could not be started, or the profile was interrupted.
  */
-static int run_one(struct profile *p, struct prun *r, const char *path, bool search, char *const argv[],
+static int run_one(struct profile *p, struct prun *r, const char *path, char *const argv[],
 		   const char *err_path, double deadline_s)
 {
 	int out[2], in, err, pfd;
@@ -234,10 +234,7 @@ static int run_one(struct profile *p, struct prun *r, const char *path, bool sea
 		dup2(out[1], 1);
 		dup2(err, 2);
 		signal(SIGPIPE, SIG_DFL);
-		if (search)
-			execvp(path, argv);
-		else
-			execv(path, argv);
+		execv(path, argv);
 		fprintf(stderr, "uswap: profile: cannot execute %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
@@ -324,9 +321,9 @@ static int run_checked(struct profile *p, struct prun *r, unsigned idx)
 		argv[n++] = p->cmd[i];
 	argv[n] = NULL;
 	if (r->kind == PRUN_PLAIN)
-		ret = run_one(p, r, p->prog, false, p->cmd, err, 0);
+		ret = run_one(p, r, p->prog, p->cmd, err, 0);
 	else
-		ret = run_one(p, r, "/proc/self/exe", false, argv, err, deadline);
+		ret = run_one(p, r, "/proc/self/exe", argv, err, deadline);
 	if (ret) {
 		unlink(err);
 		return ret;
@@ -588,7 +585,7 @@ int cmd_profile(int argc, char **argv)
 				char err[128];
 
 				snprintf(err, sizeof(err), "%s/stderr.plain", p.tmpdir);
-				ret = run_one(&p, r, prog, false, p.cmd, err, 0);
+				ret = run_one(&p, r, prog, p.cmd, err, 0);
 				unlink(err);
 				r->output_ok = true;
 				p.plain = r;
