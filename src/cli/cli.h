@@ -9,6 +9,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 struct live_stats;
 #include <stdio.h>
 void live_print_text(FILE *f, const struct live_stats *l);
@@ -27,5 +28,7 @@ int bench_mm(int argc, char **argv);
 /* Shared by subcommands: print to stderr "uswap: ..." and return 2. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 double cli_now(void);
+/* cli_find_program() - PROGRAM as execvp() would find it, in @out. Return: 0; -1 not found. */
+int cli_find_program(const char *prog, char *out, size_t len);
 
 #endif

@@ -3,16 +3,21 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "uswap.h"
 
 static const char usage[] =
 	"usage: uswap COMMAND [ARGS]\n"
-	"  run --limit SIZE [--tiers SPEC] [--folio SIZE] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
+	"  run --limit SIZE|auto [--tiers SPEC] [--folio SIZE] [--stats-json FILE] -- PROGRAM [ARGS...]\n"
 	"                        run PROGRAM with its anonymous memory under the limit\n"
+	"  profile [--limits 100%,75%,50%,25%,10%] [--rounds N] [--json] [--svg FILE] -- PROGRAM [ARGS...]\n"
+	"                        PROGRAM plainly, at each limit and under --limit auto: time,\n"
+	"                        swap-ins, peak resident size, same output\n"
 	"  stat PID [--watch] [--json]\n"
 	"                        live statistics of a program under uswap run\n"
 	"  gc redis://HOST:PORT[:OPTIONS] [--match PATTERN] [--dry-run]\n"
@@ -48,6 +53,27 @@ double cli_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int cli_find_program(const char *prog, char *out, size_t len)
+{
+	if (strchr(prog, '/')) {
+		snprintf(out, len, "%s", prog);
+		return access(out, X_OK);
+	}
+	const char *path = getenv("PATH");
+	if (!path)
+		path = "/usr/local/bin:/usr/bin:/bin";
+	while (*path) {
+		const char *end = strchr(path, ':');
+		size_t dl = end ? (size_t)(end - path) : strlen(path);
+
+		snprintf(out, len, "%.*s/%s", (int)dl, dl ? path : ".", prog);
+		if (!access(out, X_OK))
+			return 0;
+		path += dl + (end ? 1 : 0);
+	}
+	return -1;
+}
+
 static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
@@ -78,6 +104,8 @@ int main(int argc, char **argv)
 		return cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "profile"))
+		return cmd_profile(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stat"))
 		return cmd_stat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "gc"))

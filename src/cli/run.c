@@ -76,28 +76,6 @@ static int find_preload(char *out, size_t len)
 	return -1;
 }
 
-/* PROGRAM as execvp would find it. */
-static int find_program(const char *prog, char *out, size_t len)
-{
-	if (strchr(prog, '/')) {
-		snprintf(out, len, "%s", prog);
-		return access(out, X_OK);
-	}
-	const char *path = getenv("PATH");
-	if (!path)
-		path = "/usr/local/bin:/usr/bin:/bin";
-	while (*path) {
-		const char *end = strchr(path, ':');
-		size_t dl = end ? (size_t)(end - path) : strlen(path);
-
-		snprintf(out, len, "%.*s/%s", (int)dl, dl ? path : ".", prog);
-		if (!access(out, X_OK))
-			return 0;
-		path += dl + (end ? 1 : 0);
-	}
-	return -1;
-}
-
 /*
  * What the preload cannot serve: a setuid/setgid program (the loader ignores LD_PRELOAD) and a static
  * binary (no loader at all). A script (#!) is fine: its interpreter gets the library.
@@ -409,7 +387,7 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "uswap: run: libuswap-preload.so not found next to this program or in ../lib\n");
 		return 2;
 	}
-	if (find_program(argv[i], prog, sizeof(prog))) {
+	if (cli_find_program(argv[i], prog, sizeof(prog))) {
 		fprintf(stderr, "uswap: run: %s: command not found\n", argv[i]);
 		return 127;
 	}
