@@ -177,7 +177,8 @@ void reclaim_limit(struct uswap_mm *m, uint64_t limit_bytes)
 /*
  * A limit that finds itself (limit_auto), looked at every AUTO_PERIOD_MS by the reclaimer: the time
  * the program's threads waited on swap-ins and soft faults (stall_ns) against the wall time, averaged
- * over the last looks (each look weighs half). Under half the target share the limit comes down to
+ * over the last looks (each look weighs half). While the program grows (what it uses went up by more
+ * than 1/64 since the last look) the limit stays. Under half the target share the limit comes down to
  * what the program uses (resident pages, and the pool with pool_in_limit) and below it, by up to
  * AUTO_LOWER_PERMILLE a look, less the nearer the stall is to the target; over the target it goes up
  * at once, by AUTO_RAISE_PERMILLE per multiple of the target (at most AUTO_RAISE_MAX), and stays for
@@ -201,6 +202,7 @@ static void auto_tick(struct uswap_mm *m)
 {
 	uint64_t now = mono_ms(), stall = atomic_load(&m->c.stall_ns), share, cur, use, next, permille;
 	uint64_t max = atomic_load(&m->auto_max_bytes), target = m->auto_stall_ppm;
+	bool growing;
 
 	if (now < m->auto_next_ms)
 		return;
@@ -216,6 +218,9 @@ static void auto_tick(struct uswap_mm *m)
 	m->auto_prev_stall = stall;
 	cur = auto_current(m);
 	use = atomic_load(&m->resident) * MM_PAGE + (m->pool_in_limit && m->swap ? uswap_mem_bytes(m->swap) : 0);
+	/* A program still growing is not lowered onto: the limit would chase its growth with stalls. */
+	growing = use > m->auto_prev_use + m->auto_prev_use / 64;
+	m->auto_prev_use = use;
 	if (share > target) {
 		/* never past what would hold every page the program has (beyond, nothing more comes back) */
 		uint64_t all = (atomic_load(&m->resident) + atomic_load(&m->swapped)) * MM_PAGE;
@@ -226,7 +231,7 @@ static void auto_tick(struct uswap_mm *m)
 			next = all + all / 32;
 		if (next > cur)
 			m->auto_hold = AUTO_HOLD;
-	} else if (m->auto_hold || share > target / 2) {
+	} else if (m->auto_hold || share > target / 2 || growing) {
 		m->auto_hold -= m->auto_hold > 0;
 		return;
 	} else {
