@@ -8,6 +8,10 @@
  * ASK sends that one command again after ASKING; both go round again at once. A node whose
  * connection fails is dropped and remembered as down for a while; its commands stay pending for the
  * retry policy of rcluster_exec().
+ *
+ * With tls, every connection (seeds, nodes learnt from CLUSTER SLOTS or a redirect, reconnects, the
+ * lease thread's clone) is made by tls_connect(): hiredis talks to a socketpair and a pump thread
+ * speaks TLS to the server (tls.c). Nothing else here knows.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -15,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <hiredis.h>
 
 #include "rcluster.h"
+#include "tls.h"
 #include "util/clock.h"
 #include "util/err.h"
 
@@ -129,8 +135,31 @@ static struct timeval ms_tv(int ms)
 static void node_drop(struct rc_node *nd)
 {
 	if (nd->c)
-		redisFree(nd->c);
+		redisFree(nd->c); /* closes hiredis' end of a TLS pair first: the pump then stops */
 	nd->c = NULL;
+	tls_close(nd->tls);
+	nd->tls = NULL;
+}
+
+/* A hiredis context on a TCP connection, or with tls on a pump's socketpair. Return: 0; -errno. */
+static int node_dial(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
+{
+	int fd, ret;
+
+	if (!rc->tls) {
+		nd->c = redisConnectWithTimeout(nd->host, nd->port, ms_tv(timeout_ms));
+		return nd->c && !nd->c->err ? 0 : -ECONNREFUSED;
+	}
+	ret = tls_connect(rc->ssl_ctx, nd->host, nd->port, timeout_ms, &nd->tls, &fd, rc->tls_why,
+			  sizeof(rc->tls_why));
+	if (ret)
+		return ret;
+	nd->c = redisConnectFd(fd);
+	if (!nd->c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return nd->c->err ? -ECONNREFUSED : 0;
 }
 
 /* A failure on @nd: drop the connection, skip the node for a while, refresh the map before trusting it. */
@@ -147,6 +176,13 @@ static void node_fail(struct rcluster *rc, struct rc_node *nd)
 	rc->n.conn_errors++;
 	if (rc->cluster)
 		rc->stale = true;
+}
+
+/* The server ended the connection or sent no RESP, as a TLS-only port does to a plain client. */
+static bool nd_closed(const struct rc_node *nd)
+{
+	return nd->c && (nd->c->err == REDIS_ERR_EOF || nd->c->err == REDIS_ERR_IO ||
+			 nd->c->err == REDIS_ERR_PROTOCOL);
 }
 
 /* One command, waiting for its reply (open and refresh only). Return: the reply or NULL. */
@@ -166,18 +202,21 @@ static int node_set_timeout(struct rc_node *nd, int ms)
 	return 0;
 }
 
-/* Return: 0; -ECONNREFUSED; -EPERM authentication refused; -EINVAL SELECT refused. */
+/*
+ * Return: 0; -ECONNREFUSED; -EPROTO TLS handshake or certificate refused (rc->tls_why says why);
+ * -EPERM authentication refused; -EINVAL SELECT refused.
+ */
 static int node_connect(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 {
-	struct timeval tv = ms_tv(timeout_ms);
 	redisReply *r;
 	char db[16];
+	int ret;
 
 	node_drop(nd);
-	nd->c = redisConnectWithTimeout(nd->host, nd->port, tv);
-	if (!nd->c || nd->c->err) {
+	ret = node_dial(rc, nd, timeout_ms);
+	if (ret) {
 		node_drop(nd);
-		return -ECONNREFUSED;
+		return ret == -EPROTO ? ret : -ECONNREFUSED;
 	}
 	nd->io_timeout_ms = 0;
 	if (node_set_timeout(nd, timeout_ms)) {
@@ -186,7 +225,8 @@ static int node_connect(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 	}
 	rc->n.reconnects++;
 	if (rc->password[0]) {
-		r = node_command(nd, "AUTH %s", rc->password);
+		r = rc->user[0] ? redisCommand(nd->c, "AUTH %s %s", rc->user, rc->password)
+				: node_command(nd, "AUTH %s", rc->password);
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			if (r)
 				freeReplyObject(r);
@@ -310,14 +350,24 @@ static int node_check_policy(struct rcluster *rc, struct rc_node *nd)
 
 int rcluster_open(struct rcluster *rc)
 {
+	const char *tier = rc->cluster ? "redis-cluster" : "redis";
 	bool checked[RC_MAX_NODES] = {false};
 	int ret = -ECONNREFUSED;
 
+	if (rc->tls && !rc->ssl_ctx) {
+		ret = tls_ctx_new(&rc->ssl_ctx, rc->cacert, rc->cert, rc->key);
+		if (ret)
+			return ret;
+		ret = -ECONNREFUSED;
+	}
 	for (unsigned i = 0; i < rc->nr_seeds && ret; i++) {
 		ret = node_connect(rc, &rc->nodes[i], rc->timeout_ms);
+		if (ret == -EPROTO)
+			return err_set(ret, "%s: %s:%d: TLS handshake failed: %s", tier, rc->nodes[i].host,
+				       rc->nodes[i].port, rc->tls_why);
 		if (ret == -EPERM)
-			return err_set(ret, "redis: %s:%d refused authentication", rc->nodes[i].host,
-				       rc->nodes[i].port);
+			return err_set(ret, "redis: %s:%d refused authentication%s%s", rc->nodes[i].host,
+				       rc->nodes[i].port, rc->user[0] ? " of user " : "", rc->user);
 		if (ret == -EINVAL)
 			return err_set(ret, "redis: %s:%d refused SELECT %d", rc->nodes[i].host,
 				       rc->nodes[i].port, rc->db);
@@ -333,6 +383,14 @@ int rcluster_open(struct rcluster *rc)
 
 		if (r)
 			freeReplyObject(r);
+		if (!r && rc->tls && nd_closed(&rc->nodes[0]))
+			return err_set(-EPROTO,
+				       "redis: %s:%d: %s after the TLS handshake (does it want a client certificate? "
+				       "cert=, key=)",
+				       rc->nodes[0].host, rc->nodes[0].port, rc->nodes[0].c->errstr);
+		if (!r && !rc->tls && nd_closed(&rc->nodes[0]))
+			return err_set(-ECONNREFUSED, "redis: %s:%d: %s at the first command (a TLS port? add tls)",
+				       rc->nodes[0].host, rc->nodes[0].port, rc->nodes[0].c->errstr);
 		if (is_node) /* it would answer MOVED for most keys */
 			return err_set(-EINVAL, "redis: %s:%d is a cluster node: use redis-cluster://",
 				       rc->nodes[0].host, rc->nodes[0].port);
@@ -363,6 +421,8 @@ void rcluster_close(struct rcluster *rc)
 {
 	for (unsigned i = 0; i < rc->nr_nodes; i++)
 		node_drop(&rc->nodes[i]);
+	tls_ctx_free(rc->ssl_ctx);
+	rc->ssl_ctx = NULL;
 }
 
 /* What a round saw, for the retry policy. */
@@ -675,10 +735,12 @@ void rcluster_clone(struct rcluster *dst, const struct rcluster *src)
 	memcpy(dst, src, sizeof(*dst));
 	for (unsigned i = 0; i < dst->nr_nodes; i++) {
 		dst->nodes[i].c = NULL;
+		dst->nodes[i].tls = NULL;
 		dst->nodes[i].retry_at_ms = 0;
 		dst->nodes[i].io_timeout_ms = 0;
 	}
 	memset(&dst->n, 0, sizeof(dst->n));
+	tls_ctx_ref(dst->ssl_ctx);
 }
 
 unsigned rcluster_masters(const struct rcluster *rc, uint8_t *out)
