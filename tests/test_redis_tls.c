@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "uswap.h"
 
@@ -208,6 +209,55 @@ out:
 	rserver_kill(&s);
 }
 
+/* A cluster of three TLS-only masters: nodes learnt from CLUSTER SLOTS are reached over TLS too. */
+static void test_tls_cluster(void)
+{
+	static const char *const extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+					    "--tls-cluster", "yes", "--cluster-node-timeout", "1000", NULL};
+	struct rserver n[3];
+	struct uswap *u = NULL;
+	char addr[3][32], ca[64], cert[64], key[64], spec[128];
+	const char *argv[20] = {"/usr/bin/redis-cli", "--tls", "--cacert", ca, "--cert", cert, "--key", key,
+				"--cluster", "create"};
+	int argc = 10, started = 0;
+
+	snprintf(ca, sizeof(ca), "%s/ca.crt", certs);
+	snprintf(cert, sizeof(cert), "%s/c.crt", certs);
+	snprintf(key, sizeof(key), "%s/c.key", certs);
+	for (; started < 3; started++) {
+		if (rserver_start_tls(&n[started], certs, false, "noeviction", extra)) {
+			CHECK(!"TLS cluster node did not start");
+			goto out;
+		}
+		snprintf(addr[started], sizeof(addr[started]), "127.0.0.1:%d", n[started].port);
+		argv[argc++] = addr[started];
+	}
+	argv[argc++] = "--cluster-yes";
+	argv[argc] = NULL;
+	CHECK_EQ(rserver_run(argv), 0);
+	snprintf(spec, sizeof(spec), "redis-cluster://127.0.0.1:%d:cacert=%s/ca.crt:prefix={t}x", n[0].port,
+		 certs);
+	/* one hash tag: every key in the slot of "t" (on the second master) */
+	for (int i = 0; i < 100 && uswap_create(&u, spec); i++) /* until every node knows every slot */
+		nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+	CHECK(u != NULL);
+	if (u) {
+		roundtrip(u, 70);
+		check_destroy(u);
+	}
+	snprintf(spec, sizeof(spec), "redis-cluster://127.0.0.1:%d:cacert=%s/ca.crt:prefix=cx", n[1].port,
+		 certs);
+	u = NULL;
+	CHECK_EQ(uswap_create(&u, spec), 0); /* keys over all three masters */
+	if (u) {
+		roundtrip(u, 80);
+		check_destroy(u);
+	}
+out:
+	while (started--)
+		rserver_kill(&n[started]);
+}
+
 static void test_redis_tls_suite(void)
 {
 	static const char *const acl[] = {"--user", "alice", "on", ">wonderland", "~*", "&*", "+@all", NULL};
@@ -225,6 +275,7 @@ static void test_redis_tls_suite(void)
 	test_tls_mutual();
 	test_tls_server_dies();
 	rserver_kill(&srv);
+	test_tls_cluster();
 }
 
 CHECK_MAIN(T(test_redis_tls_suite))
