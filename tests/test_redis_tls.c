@@ -237,7 +237,7 @@ static void test_tls_cluster(void)
 	CHECK_EQ(rserver_run(argv), 0);
 	snprintf(spec, sizeof(spec), "redis-cluster://127.0.0.1:%d:cacert=%s/ca.crt:prefix={t}x", n[0].port,
 		 certs);
-	/* one hash tag: every key in the slot of "t" (on the second master) */
+	/* one hash tag: every key in the slot of "t" (15891: the third master, not the seed) */
 	for (int i = 0; i < 100 && uswap_create(&u, spec); i++) /* until every node knows every slot */
 		nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
 	CHECK(u != NULL);
