@@ -10,11 +10,13 @@
  * retry policy of rcluster_exec().
  *
  * With tls, every connection (seeds, nodes learnt from CLUSTER SLOTS or a redirect, reconnects, the
- * lease thread's clone) is made by tls_connect(): hiredis talks to a socketpair and a pump thread
- * speaks TLS to the server (tls.c). Nothing else here knows.
+ * lease thread's clone) is made by tls_connect(), and its I/O goes through node_flush() and
+ * node_get_reply(): hiredis formats the commands into its buffer and parses the replies, tls.c moves
+ * the bytes. Everything else is the same for both.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,7 +137,7 @@ static struct timeval ms_tv(int ms)
 static void node_drop(struct rc_node *nd)
 {
 	if (nd->c)
-		redisFree(nd->c); /* closes hiredis' end of a TLS pair first: the pump then stops */
+		redisFree(nd->c); /* closes the socket, a TLS one too */
 	nd->c = NULL;
 	tls_close(nd->tls);
 	nd->tls = NULL;
@@ -178,6 +180,81 @@ static void node_fail(struct rcluster *rc, struct rc_node *nd)
 		rc->stale = true;
 }
 
+/* A failed TLS read or write, as hiredis would have recorded it on @c. */
+static int tls_fail(redisContext *c, ssize_t n)
+{
+	c->err = n ? REDIS_ERR_IO : REDIS_ERR_EOF;
+	snprintf(c->errstr, sizeof(c->errstr), "%s", n ? strerror(errno) : "Server closed the connection");
+	return REDIS_ERR;
+}
+
+/* redisBufferWrite() of @nd's connection, over TLS when it is one. */
+static int node_flush(struct rc_node *nd, int *done)
+{
+	redisContext *c = nd->c;
+	ssize_t n;
+
+	if (!nd->tls)
+		return redisBufferWrite(c, done);
+	if (c->err)
+		return REDIS_ERR;
+	if (sdslen(c->obuf)) {
+		n = tls_write(nd->tls, c->obuf, sdslen(c->obuf));
+		if (n <= 0)
+			return tls_fail(c, n < 0 ? n : -1);
+		sdsrange(c->obuf, (int)n, -1);
+	}
+	*done = !sdslen(c->obuf);
+	return REDIS_OK;
+}
+
+/* redisGetReply() of @nd's connection (flush, then read until a reply is whole), over TLS when it is one. */
+static int node_get_reply(struct rc_node *nd, redisReply **out)
+{
+	redisContext *c = nd->c;
+	char buf[16384]; /* one TLS record */
+	void *r = NULL;
+	int done = 0;
+	ssize_t n;
+
+	if (!nd->tls)
+		return redisGetReply(c, (void **)out);
+	if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+		return REDIS_ERR;
+	while (!r) {
+		while (!done)
+			if (node_flush(nd, &done) != REDIS_OK)
+				return REDIS_ERR;
+		n = tls_read(nd->tls, buf, sizeof(buf));
+		if (n <= 0)
+			return tls_fail(c, n);
+		if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+			c->err = c->reader->err;
+			snprintf(c->errstr, sizeof(c->errstr), "%s", c->reader->errstr);
+			return REDIS_ERR;
+		}
+		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+			return REDIS_ERR;
+	}
+	*out = r;
+	return REDIS_OK;
+}
+
+/* redisCommand() on @nd: one command, waiting for its reply. Return: the reply or NULL. */
+static redisReply *node_vcommand(struct rc_node *nd, const char *fmt, ...)
+{
+	redisReply *r = NULL;
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = redisvAppendCommand(nd->c, fmt, ap);
+	va_end(ap);
+	if (ret != REDIS_OK || node_get_reply(nd, &r) != REDIS_OK)
+		return NULL;
+	return r;
+}
+
 /* The server ended the connection or sent no RESP, as a TLS-only port does to a plain client. */
 static bool nd_closed(const struct rc_node *nd)
 {
@@ -188,7 +265,7 @@ static bool nd_closed(const struct rc_node *nd)
 /* One command, waiting for its reply (open and refresh only). Return: the reply or NULL. */
 static redisReply *node_command(struct rc_node *nd, const char *fmt, const char *arg)
 {
-	return arg ? redisCommand(nd->c, fmt, arg) : redisCommand(nd->c, fmt);
+	return arg ? node_vcommand(nd, fmt, arg) : node_vcommand(nd, fmt);
 }
 
 /* Socket timeouts of @nd for this round: a load never waits past its deadline. Return: 0 or -EIO. */
@@ -225,7 +302,7 @@ static int node_connect(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 	}
 	rc->n.reconnects++;
 	if (rc->password[0]) {
-		r = rc->user[0] ? redisCommand(nd->c, "AUTH %s %s", rc->user, rc->password)
+		r = rc->user[0] ? node_vcommand(nd, "AUTH %s %s", rc->user, rc->password)
 				: node_command(nd, "AUTH %s", rc->password);
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			if (r)
@@ -528,7 +605,7 @@ static redisReply *node_reply(struct rcluster *rc, struct rc_node *nd, struct ro
 
 	if (nd->broken)
 		return NULL;
-	if (redisGetReply(nd->c, (void **)&r) == REDIS_OK && r)
+	if (node_get_reply(nd, &r) == REDIS_OK && r)
 		return r;
 	ri->failed = true;
 	if (conn_was_stale(nd))
@@ -623,7 +700,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			nd->wait_sent = true;
 		}
 		while (!done)
-			if (redisBufferWrite(nd->c, &done) != REDIS_OK) {
+			if (node_flush(nd, &done) != REDIS_OK) {
 				ri->failed = true;
 				if (conn_was_stale(nd))
 					ri->stale_conn = true;
@@ -770,7 +847,7 @@ int rcluster_scan(struct rcluster *rc, unsigned node, unsigned long long *cursor
 	if (!nd->c && node_connect(rc, nd, rc->timeout_ms))
 		return err_set(-EIO, "redis: cannot connect to %s:%d", nd->host, nd->port);
 	snprintf(cur, sizeof(cur), "%llu", *cursor);
-	r = redisCommand(nd->c, "SCAN %s MATCH %s COUNT 1000", cur, match);
+	r = node_vcommand(nd, "SCAN %s MATCH %s COUNT 1000", cur, match);
 	if (!r) {
 		node_drop(nd);
 		return err_set(-EIO, "redis: %s:%d: SCAN failed", nd->host, nd->port);
