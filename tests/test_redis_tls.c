@@ -183,7 +183,7 @@ static void test_tls_mutual(void)
 	rserver_kill(&s);
 }
 
-/* A TLS server that dies: loads fail with -EIO within the timeout, as over plain TCP. */
+/* A TLS server that dies: load and store fail with -EIO, as over plain TCP; no SIGPIPE ends the test. */
 static void test_tls_server_dies(void)
 {
 	static unsigned char page[PAGE_SIZE], back[PAGE_SIZE];
