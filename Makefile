@@ -9,7 +9,7 @@ CC ?= cc
 BUILD ?= build
 comma := ,
 
-PKGS := liblz4 libzstd liburing hiredis libsodium
+PKGS := liblz4 libzstd liburing hiredis libsodium openssl
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 

@@ -3,7 +3,7 @@
 # (or sudo). USWAP_DEPS_SKIP=1 skips it (e.g. on a machine set up by hand).
 set -eu
 [ "${USWAP_DEPS_SKIP:-0}" = 1 ] && exit 0
-pkgs="build-essential pkg-config bc liblz4-dev libzstd-dev liburing-dev libhiredis-dev libsodium-dev
+pkgs="build-essential pkg-config bc liblz4-dev libzstd-dev liburing-dev libhiredis-dev libsodium-dev libssl-dev openssl
       libmimalloc-dev redis-server redis-tools python3 coreutils mawk nodejs man-db groff-base"
 missing=""
 for p in $pkgs; do

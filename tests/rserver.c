@@ -147,6 +147,20 @@ int rserver_run(const char *const *argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A TLS server answers PING to redis-cli --tls (with the client certificate for a mutual one). */
+static bool tls_pings(const struct rserver *s)
+{
+	char port[16], ca[64], cert[64], key[64];
+	const char *argv[] = {"/usr/bin/redis-cli", "--tls", "--cacert", ca, "--cert", cert, "--key", key,
+			      "-h", "127.0.0.1", "-p", port, "PING", NULL};
+
+	snprintf(port, sizeof(port), "%d", s->port);
+	snprintf(ca, sizeof(ca), "%s/ca.crt", s->tls_dir);
+	snprintf(cert, sizeof(cert), "%s/c.crt", s->tls_dir);
+	snprintf(key, sizeof(key), "%s/c.key", s->tls_dir);
+	return rserver_run(argv) == 0;
+}
+
 static int start_once(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra)
 {
 	const char *argv[64], *args[48] = {"/usr/bin/redis-server",
@@ -168,7 +182,7 @@ static int start_once(struct rserver *s, const char *const *wrap, const char *po
 				"redis.log",
 				"--daemonize",
 				"no"};
-	char port[16];
+	char port[16], cert[64], key[64], ca[64];
 	int argc = 0, nargs = 19;
 
 	s->port = rserver_pick_port();
@@ -176,6 +190,22 @@ static int start_once(struct rserver *s, const char *const *wrap, const char *po
 		return -1;
 	snprintf(port, sizeof(port), "%d", s->port);
 	args[2] = port;
+	if (s->tls_dir) {
+		snprintf(cert, sizeof(cert), "%s/s.crt", s->tls_dir);
+		snprintf(key, sizeof(key), "%s/s.key", s->tls_dir);
+		snprintf(ca, sizeof(ca), "%s/ca.crt", s->tls_dir);
+		args[2] = "0";
+		args[nargs++] = "--tls-port";
+		args[nargs++] = port;
+		args[nargs++] = "--tls-cert-file";
+		args[nargs++] = cert;
+		args[nargs++] = "--tls-key-file";
+		args[nargs++] = key;
+		args[nargs++] = "--tls-ca-cert-file";
+		args[nargs++] = ca;
+		args[nargs++] = "--tls-auth-clients";
+		args[nargs++] = s->tls_mutual ? "yes" : "no";
+	}
 	for (int i = 0; extra && extra[i] && nargs < 47; i++)
 		args[nargs++] = extra[i];
 	for (int i = 0; wrap && wrap[i] && argc < 15; i++)
@@ -187,9 +217,9 @@ static int start_once(struct rserver *s, const char *const *wrap, const char *po
 	if (s->pid < 0)
 		return -1;
 	for (int i = 0; i < 1000; i++) { /* readiness: it answers PING, or it has exited */
-		redisContext *c = rserver_connect(s);
+		redisContext *c = s->tls_dir ? NULL : rserver_connect(s);
 		redisReply *r = c ? redisCommand(c, "PING") : NULL;
-		bool up = r && r->type == REDIS_REPLY_STATUS;
+		bool up = s->tls_dir ? tls_pings(s) : r && r->type == REDIS_REPLY_STATUS;
 
 		if (r)
 			freeReplyObject(r);
@@ -211,7 +241,69 @@ int rserver_start(struct rserver *s, const char *policy, const char *const *extr
 	return rserver_start_wrapped(s, NULL, policy, extra);
 }
 
+static int start(struct rserver *s, const char *const *wrap, const char *certdir, bool mutual,
+		 const char *policy, const char *const *extra);
+
 int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra)
+{
+	return start(s, wrap, NULL, false, policy, extra);
+}
+
+int rserver_start_tls(struct rserver *s, const char *certdir, bool mutual, const char *policy,
+		      const char *const *extra)
+{
+	return start(s, NULL, certdir, mutual, policy, extra);
+}
+
+#define MAX_CERT_DIRS 4
+static char cert_dirs[MAX_CERT_DIRS][24];
+
+static void rm_cert_dirs(void)
+{
+	for (int i = 0; i < MAX_CERT_DIRS; i++)
+		if (cert_dirs[i][0])
+			rm_tree(cert_dirs[i]);
+}
+
+int rserver_make_certs(char *dir)
+{
+	static const char *const cmds[][24] = {
+		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+		 "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=uswap test CA", NULL},
+		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+		 "-nodes", "-keyout", "x.key", "-out", "x.crt", "-days", "2", "-subj", "/CN=another CA", NULL},
+		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+		 "-nodes", "-keyout", "s.key", "-out", "s.crt", "-days", "2", "-subj", "/CN=localhost", "-CA",
+		 "ca.crt", "-CAkey", "ca.key", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", NULL},
+		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+		 "-nodes", "-keyout", "c.key", "-out", "c.crt", "-days", "2", "-subj", "/CN=uswap client", "-CA",
+		 "ca.crt", "-CAkey", "ca.key", NULL},
+	};
+	char cwd[512];
+	int slot = -1, ret = 0;
+
+	for (int i = 0; i < MAX_CERT_DIRS && slot < 0; i++)
+		if (!cert_dirs[i][0])
+			slot = i;
+	if (slot < 0 || access("/usr/bin/openssl", X_OK) || !getcwd(cwd, sizeof(cwd)))
+		return -1;
+	snprintf(dir, 24, "/tmp/utXXXXXX");
+	if (!mkdtemp(dir))
+		return -1;
+	if (slot == 0)
+		atexit(rm_cert_dirs);
+	snprintf(cert_dirs[slot], sizeof(cert_dirs[slot]), "%s", dir);
+	if (chdir(dir))
+		return -1;
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]) && !ret; i++)
+		ret = rserver_run(cmds[i]) ? -1 : 0;
+	if (chdir(cwd))
+		ret = -1;
+	return ret;
+}
+
+static int start(struct rserver *s, const char *const *wrap, const char *certdir, bool mutual,
+		 const char *policy, const char *const *extra)
 {
 	int slot = -1;
 
@@ -227,6 +319,8 @@ int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char
 		signal(SIGINT, on_signal);
 	}
 	memset(s, 0, sizeof(*s));
+	s->tls_dir = certdir;
+	s->tls_mutual = mutual;
 	snprintf(s->dir, sizeof(s->dir), "/tmp/uswap-redis-XXXXXX");
 	if (!mkdtemp(s->dir)) {
 		s->dir[0] = '\0';

@@ -1,6 +1,8 @@
 /*
  * rcluster.c - connections to one Redis server or a Redis Cluster; see rcluster.h.
  * The only file that calls hiredis: its replies and REDIS_ERR become 0/-errno here.
+ * One job: a batch of commands to the right nodes, through redirects, failures and retries; the slot
+ * map, the per-node pipelines and the retry policy share its node table.
  *
  * A batch runs in rounds. Each round routes every pending command by its key's slot (or to the node
  * an ASK named), appends it to that node's pipeline, flushes every pipeline, then reads the replies
@@ -8,17 +10,25 @@
  * ASK sends that one command again after ASKING; both go round again at once. A node whose
  * connection fails is dropped and remembered as down for a while; its commands stay pending for the
  * retry policy of rcluster_exec().
+ *
+ * With tls, every connection (seeds, nodes learnt from CLUSTER SLOTS or a redirect, reconnects, the
+ * lease thread's clone) is made by tls_connect(), and its I/O goes through node_flush() and
+ * node_get_reply(): hiredis formats the commands into its buffer and parses the replies, tls.c moves
+ * the bytes. Everything else is the same for both.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <hiredis.h>
 
 #include "rcluster.h"
+#include "tls.h"
 #include "util/clock.h"
 #include "util/err.h"
 
@@ -129,8 +139,31 @@ static struct timeval ms_tv(int ms)
 static void node_drop(struct rc_node *nd)
 {
 	if (nd->c)
-		redisFree(nd->c);
+		redisFree(nd->c); /* closes the socket, a TLS one too */
 	nd->c = NULL;
+	tls_close(nd->tls);
+	nd->tls = NULL;
+}
+
+/* A hiredis context on a TCP connection, or with tls on a pump's socketpair. Return: 0; -errno. */
+static int node_dial(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
+{
+	int fd, ret;
+
+	if (!rc->tls) {
+		nd->c = redisConnectWithTimeout(nd->host, nd->port, ms_tv(timeout_ms));
+		return nd->c && !nd->c->err ? 0 : -ECONNREFUSED;
+	}
+	ret = tls_connect(rc->ssl_ctx, nd->host, nd->port, timeout_ms, &nd->tls, &fd, rc->tls_why,
+			  sizeof(rc->tls_why));
+	if (ret)
+		return ret;
+	nd->c = redisConnectFd(fd);
+	if (!nd->c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	return nd->c->err ? -ECONNREFUSED : 0;
 }
 
 /* A failure on @nd: drop the connection, skip the node for a while, refresh the map before trusting it. */
@@ -149,10 +182,92 @@ static void node_fail(struct rcluster *rc, struct rc_node *nd)
 		rc->stale = true;
 }
 
+/* A failed TLS read or write, as hiredis would have recorded it on @c. */
+static int tls_fail(redisContext *c, ssize_t n)
+{
+	c->err = n ? REDIS_ERR_IO : REDIS_ERR_EOF;
+	snprintf(c->errstr, sizeof(c->errstr), "%s", n ? strerror(errno) : "Server closed the connection");
+	return REDIS_ERR;
+}
+
+/* redisBufferWrite() of @nd's connection, over TLS when it is one. */
+static int node_flush(struct rc_node *nd, int *done)
+{
+	redisContext *c = nd->c;
+	ssize_t n;
+
+	if (!nd->tls)
+		return redisBufferWrite(c, done);
+	if (c->err)
+		return REDIS_ERR;
+	if (sdslen(c->obuf)) {
+		n = tls_write(nd->tls, c->obuf, sdslen(c->obuf));
+		if (n <= 0)
+			return tls_fail(c, n < 0 ? n : -1);
+		sdsrange(c->obuf, (int)n, -1);
+	}
+	*done = !sdslen(c->obuf);
+	return REDIS_OK;
+}
+
+/* redisGetReply() of @nd's connection (flush, then read until a reply is whole), over TLS when it is one. */
+static int node_get_reply(struct rc_node *nd, redisReply **out)
+{
+	redisContext *c = nd->c;
+	char buf[16384]; /* one TLS record */
+	void *r = NULL;
+	int done = 0;
+	ssize_t n;
+
+	if (!nd->tls)
+		return redisGetReply(c, (void **)out);
+	if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+		return REDIS_ERR;
+	while (!r) {
+		while (!done)
+			if (node_flush(nd, &done) != REDIS_OK)
+				return REDIS_ERR;
+		n = tls_read(nd->tls, buf, sizeof(buf));
+		if (n <= 0)
+			return tls_fail(c, n);
+		if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+			c->err = c->reader->err;
+			snprintf(c->errstr, sizeof(c->errstr), "%s", c->reader->errstr);
+			return REDIS_ERR;
+		}
+		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+			return REDIS_ERR;
+	}
+	*out = r;
+	return REDIS_OK;
+}
+
+/* redisCommand() on @nd: one command, waiting for its reply. Return: the reply or NULL. */
+static redisReply *node_vcommand(struct rc_node *nd, const char *fmt, ...)
+{
+	redisReply *r = NULL;
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = redisvAppendCommand(nd->c, fmt, ap);
+	va_end(ap);
+	if (ret != REDIS_OK || node_get_reply(nd, &r) != REDIS_OK)
+		return NULL;
+	return r;
+}
+
+/* The server ended the connection or sent no RESP, as a TLS-only port does to a plain client. */
+static bool nd_closed(const struct rc_node *nd)
+{
+	return nd->c && (nd->c->err == REDIS_ERR_EOF || nd->c->err == REDIS_ERR_IO ||
+			 nd->c->err == REDIS_ERR_PROTOCOL);
+}
+
 /* One command, waiting for its reply (open and refresh only). Return: the reply or NULL. */
 static redisReply *node_command(struct rc_node *nd, const char *fmt, const char *arg)
 {
-	return arg ? redisCommand(nd->c, fmt, arg) : redisCommand(nd->c, fmt);
+	return arg ? node_vcommand(nd, fmt, arg) : node_vcommand(nd, fmt);
 }
 
 /* Socket timeouts of @nd for this round: a load never waits past its deadline. Return: 0 or -EIO. */
@@ -166,18 +281,21 @@ static int node_set_timeout(struct rc_node *nd, int ms)
 	return 0;
 }
 
-/* Return: 0; -ECONNREFUSED; -EPERM authentication refused; -EINVAL SELECT refused. */
+/*
+ * Return: 0; -ECONNREFUSED; -EPROTO TLS handshake or certificate refused (rc->tls_why says why);
+ * -EPERM authentication refused; -EINVAL SELECT refused.
+ */
 static int node_connect(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 {
-	struct timeval tv = ms_tv(timeout_ms);
 	redisReply *r;
 	char db[16];
+	int ret;
 
 	node_drop(nd);
-	nd->c = redisConnectWithTimeout(nd->host, nd->port, tv);
-	if (!nd->c || nd->c->err) {
+	ret = node_dial(rc, nd, timeout_ms);
+	if (ret) {
 		node_drop(nd);
-		return -ECONNREFUSED;
+		return ret == -EPROTO ? ret : -ECONNREFUSED;
 	}
 	nd->io_timeout_ms = 0;
 	if (node_set_timeout(nd, timeout_ms)) {
@@ -186,7 +304,8 @@ static int node_connect(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 	}
 	rc->n.reconnects++;
 	if (rc->password[0]) {
-		r = node_command(nd, "AUTH %s", rc->password);
+		r = rc->user[0] ? node_vcommand(nd, "AUTH %s %s", rc->user, rc->password)
+				: node_command(nd, "AUTH %s", rc->password);
 		if (!r || r->type == REDIS_REPLY_ERROR) {
 			if (r)
 				freeReplyObject(r);
@@ -310,14 +429,24 @@ static int node_check_policy(struct rcluster *rc, struct rc_node *nd)
 
 int rcluster_open(struct rcluster *rc)
 {
+	const char *tier = rc->cluster ? "redis-cluster" : "redis";
 	bool checked[RC_MAX_NODES] = {false};
 	int ret = -ECONNREFUSED;
 
+	if (rc->tls && !rc->ssl_ctx) {
+		ret = tls_ctx_new(&rc->ssl_ctx, rc->cacert, rc->cert, rc->key);
+		if (ret)
+			return ret;
+		ret = -ECONNREFUSED;
+	}
 	for (unsigned i = 0; i < rc->nr_seeds && ret; i++) {
 		ret = node_connect(rc, &rc->nodes[i], rc->timeout_ms);
+		if (ret == -EPROTO)
+			return err_set(ret, "%s: %s:%d: TLS handshake failed: %s", tier, rc->nodes[i].host,
+				       rc->nodes[i].port, rc->tls_why);
 		if (ret == -EPERM)
-			return err_set(ret, "redis: %s:%d refused authentication", rc->nodes[i].host,
-				       rc->nodes[i].port);
+			return err_set(ret, "redis: %s:%d refused authentication%s%s", rc->nodes[i].host,
+				       rc->nodes[i].port, rc->user[0] ? " of user " : "", rc->user);
 		if (ret == -EINVAL)
 			return err_set(ret, "redis: %s:%d refused SELECT %d", rc->nodes[i].host,
 				       rc->nodes[i].port, rc->db);
@@ -333,6 +462,14 @@ int rcluster_open(struct rcluster *rc)
 
 		if (r)
 			freeReplyObject(r);
+		if (!r && rc->tls && nd_closed(&rc->nodes[0]))
+			return err_set(-EPROTO,
+				       "redis: %s:%d: %s after the TLS handshake (does it want a client certificate? "
+				       "cert=, key=)",
+				       rc->nodes[0].host, rc->nodes[0].port, rc->nodes[0].c->errstr);
+		if (!r && !rc->tls && nd_closed(&rc->nodes[0]))
+			return err_set(-ECONNREFUSED, "redis: %s:%d: %s at the first command (a TLS port? add tls)",
+				       rc->nodes[0].host, rc->nodes[0].port, rc->nodes[0].c->errstr);
 		if (is_node) /* it would answer MOVED for most keys */
 			return err_set(-EINVAL, "redis: %s:%d is a cluster node: use redis-cluster://",
 				       rc->nodes[0].host, rc->nodes[0].port);
@@ -363,6 +500,8 @@ void rcluster_close(struct rcluster *rc)
 {
 	for (unsigned i = 0; i < rc->nr_nodes; i++)
 		node_drop(&rc->nodes[i]);
+	tls_ctx_free(rc->ssl_ctx);
+	rc->ssl_ctx = NULL;
 }
 
 /* What a round saw, for the retry policy. */
@@ -468,7 +607,7 @@ static redisReply *node_reply(struct rcluster *rc, struct rc_node *nd, struct ro
 
 	if (nd->broken)
 		return NULL;
-	if (redisGetReply(nd->c, (void **)&r) == REDIS_OK && r)
+	if (node_get_reply(nd, &r) == REDIS_OK && r)
 		return r;
 	ri->failed = true;
 	if (conn_was_stale(nd))
@@ -563,7 +702,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			nd->wait_sent = true;
 		}
 		while (!done)
-			if (redisBufferWrite(nd->c, &done) != REDIS_OK) {
+			if (node_flush(nd, &done) != REDIS_OK) {
 				ri->failed = true;
 				if (conn_was_stale(nd))
 					ri->stale_conn = true;
@@ -675,10 +814,12 @@ void rcluster_clone(struct rcluster *dst, const struct rcluster *src)
 	memcpy(dst, src, sizeof(*dst));
 	for (unsigned i = 0; i < dst->nr_nodes; i++) {
 		dst->nodes[i].c = NULL;
+		dst->nodes[i].tls = NULL;
 		dst->nodes[i].retry_at_ms = 0;
 		dst->nodes[i].io_timeout_ms = 0;
 	}
 	memset(&dst->n, 0, sizeof(dst->n));
+	tls_ctx_ref(dst->ssl_ctx);
 }
 
 unsigned rcluster_masters(const struct rcluster *rc, uint8_t *out)
@@ -708,7 +849,7 @@ int rcluster_scan(struct rcluster *rc, unsigned node, unsigned long long *cursor
 	if (!nd->c && node_connect(rc, nd, rc->timeout_ms))
 		return err_set(-EIO, "redis: cannot connect to %s:%d", nd->host, nd->port);
 	snprintf(cur, sizeof(cur), "%llu", *cursor);
-	r = redisCommand(nd->c, "SCAN %s MATCH %s COUNT 1000", cur, match);
+	r = node_vcommand(nd, "SCAN %s MATCH %s COUNT 1000", cur, match);
 	if (!r) {
 		node_drop(nd);
 		return err_set(-EIO, "redis: %s:%d: SCAN failed", nd->host, nd->port);

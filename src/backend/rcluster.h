@@ -17,11 +17,14 @@
 #define RC_MAX_SEEDS 8
 
 struct redisContext;
+struct ssl_ctx_st;
+struct tls_conn;
 
 struct rc_node {
 	char host[64];
 	int port;
 	struct redisContext *c;
+	struct tls_conn *tls;   /* with tls: the pump behind c (tls.c) */
 	uint64_t retry_at_ms;   /* after a failure: stores skip this node until then */
 	int io_timeout_ms;      /* as set on c: the tier's timeout, or less when a load's deadline is near */
 	uint64_t thin_until_ms; /* WAIT found too few replicas: stores skip this node until then */
@@ -57,6 +60,11 @@ struct rc_counters {
 struct rcluster {
 	bool cluster; /* false: one server, nodes[0] holds every slot, no redirects */
 	char prefix[32], password[128];
+	char user[64]; /* with password: AUTH user password (an ACL user), else AUTH password */
+	bool tls;      /* every connection is TLS, verified against cacert (else the system's CAs) */
+	char cacert[128], cert[128], key[128]; /* PEM files; cert/key: a client certificate (mutual TLS) */
+	struct ssl_ctx_st *ssl_ctx; /* with tls: made by rcluster_open(), shared by clones (refcounted) */
+	char tls_why[160];          /* the last handshake's failure, for rcluster_open()'s message */
 	int db, timeout_ms;
 	int lease_ms; /* > 0: SETs carry PX lease_ms, PEXPIRE gives lease_ms */
 	unsigned nr_nodes, nr_seeds; /* nodes[0..nr_seeds) are the configured seeds */
@@ -78,7 +86,8 @@ int rcluster_add_seed(struct rcluster *rc, const char *hostport);
 /*
  * Connect (AUTH, SELECT db), learn the slot map in cluster mode, and check every master's
  * maxmemory-policy. Return: 0; -ECONNREFUSED no seed answers; -EPERM refused authentication or an
- * evicting server; -EIO a bad answer. err_set() says which.
+ * evicting server; -EPROTO a TLS handshake or certificate failed; -EINVAL an unreadable cacert=, cert=
+ * or key=; -EIO a bad answer. err_set() says which.
  */
 int rcluster_open(struct rcluster *rc);
 void rcluster_close(struct rcluster *rc);

@@ -336,8 +336,9 @@ static bool parse_int(const char *val, int min, int max, int *out)
 }
 
 /*
- * args: "//SEEDS[:prefix=P][:timeout=MS][:replicas=N][:db=N][:lease=T][:password-env=V|password-file=F]",
- * SEEDS one HOST:PORT, or for a cluster a comma-separated list of them; into @rc and *@replicas.
+ * args: "//SEEDS[:prefix=P][:timeout=MS][:replicas=N][:db=N][:lease=T][:password-env=V|password-file=F]
+ * [:user=NAME][:tls][:cacert=F][:cert=F][:key=F]", SEEDS one HOST:PORT, or for a cluster a
+ * comma-separated list of them; into @rc and *@replicas. cacert=, cert= and key= imply tls.
  */
 static int redis_parse(struct rcluster *rc, int *replicas, const char *args, bool cluster)
 {
@@ -371,10 +372,27 @@ static int redis_parse(struct rcluster *rc, int *replicas, const char *args, boo
 			ret = redis_read_secret(key, val, rc->password, sizeof(rc->password));
 			if (ret)
 				return ret;
+		} else if (!strcmp(key, "user") && val[0] && strlen(val) < sizeof(rc->user)) {
+			memcpy(rc->user, val, strlen(val) + 1);
+		} else if (!strcmp(key, "tls") && !val[0]) {
+			rc->tls = true;
+		} else if (!strcmp(key, "cacert") && val[0] && strlen(val) < sizeof(rc->cacert)) {
+			memcpy(rc->cacert, val, strlen(val) + 1);
+			rc->tls = true;
+		} else if (!strcmp(key, "cert") && val[0] && strlen(val) < sizeof(rc->cert)) {
+			memcpy(rc->cert, val, strlen(val) + 1);
+			rc->tls = true;
+		} else if (!strcmp(key, "key") && val[0] && strlen(val) < sizeof(rc->key)) {
+			memcpy(rc->key, val, strlen(val) + 1);
+			rc->tls = true;
 		} else {
 			return err_set(-EINVAL, "redis: unknown or malformed option '%s'", key);
 		}
 	}
+	if (rc->user[0] && !rc->password[0])
+		return err_set(-EINVAL, "redis: user=%s needs password-env= or password-file=", rc->user);
+	if (rc->key[0] && !rc->cert[0])
+		return err_set(-EINVAL, "redis: key= needs cert= (the client certificate)");
 	return 0;
 }
 

@@ -24,7 +24,7 @@ static const char usage[] =
 	"                        remove the remote pages of uswap instances that are no longer alive\n"
 	"  bench core [--json] [--size SIZE] [--tiers SPEC] [--folio PAGES]\n"
 	"                        store/load throughput of the swap layer against raw lz4\n"
-	"  bench remote [--json] [--server HOST:PORT]\n"
+	"  bench remote [--json] [--server HOST:PORT [--tls-server HOST:PORT --cacert FILE]] [--no-tls]\n"
 	"                        the remote tier against a plain hiredis GET\n"
 	"  bench file [--json] [--size SIZE]\n"
 	"                        the swap-file tier against plain io_uring reads of the same file\n"
