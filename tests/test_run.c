@@ -787,6 +787,30 @@ static void few_descriptors(void)
 	same_output("32M", cmd, false);
 }
 
+/*
+ * Libraries dlopen()ed RTLD_GLOBAL, then 256 MB written under 16M and read back. The dynamic
+ * linker's link maps of such libraries were malloc()ed in the arena and went cold; the first swap-in
+ * made a fault handler call a function of the library for the first time, and lazy binding walks
+ * those link maps: the handler faulted on a page only it could bring back (hung every time; python3's
+ * test_ctypes hung in the same way).
+ */
+static void dlopen_global(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/dlopen.py", tmpdir);
+	write_file(script, "import ctypes, mmap\n"
+			   "libs = [ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL) for n in\n"
+			   "        ('libz.so.1', 'libbz2.so.1.0', 'liblzma.so.5', 'libexpat.so.1')]\n"
+			   "n = 256 << 20\n"
+			   "m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
+			   "for i in range(0, n, 4096):\n"
+			   "    m[i:i + 8] = i.to_bytes(8, 'little')\n"
+			   "print(sum(int.from_bytes(m[i:i + 8], 'little') for i in range(0, n, 4096)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
 static int write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -1228,7 +1252,7 @@ static const struct test tests[] = {
 	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(dlopen_global), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

@@ -27,9 +27,11 @@
 /* Our mmap and mmap64 are two symbols: the header must not rename one into the other. */
 #undef _FILE_OFFSET_BITS
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <mimalloc.h>
 #include <pthread.h>
 #include <sched.h>
@@ -42,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/auxv.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -161,6 +164,35 @@ static inline bool in_arena(const void *p)
 static inline bool use_heap(void)
 {
 	return atomic_load_explicit(&g_heap, memory_order_relaxed) && !t_internal;
+}
+
+/*
+ * The dynamic linker's own blocks (link maps and scope lists of dlopen()ed libraries, dynamic TLS)
+ * come from glibc's heap, outside the limit: our threads read them whenever they call a function for
+ * the first time (lazy binding walks the link maps), and one swapped out was a fault that only the
+ * faulting handler could serve. python3's test_ctypes hung so (tests/test_run.c dlopen_global).
+ * ld.so calls malloc, calloc, realloc and free only; free() goes by the address already.
+ */
+static uintptr_t g_ldso_text, g_ldso_text_end;
+
+static void find_ldso(void)
+{
+	const ElfW(Ehdr) *eh = (const void *)getauxval(AT_BASE);
+
+	if (!eh || memcmp(eh->e_ident, ELFMAG, SELFMAG))
+		return; /* ld.so run as the program: its blocks stay in the arena */
+	const ElfW(Phdr) *ph = (const void *)((uintptr_t)eh + eh->e_phoff);
+
+	for (int i = 0; i < eh->e_phnum; i++)
+		if (ph[i].p_type == PT_LOAD && (ph[i].p_flags & PF_X)) {
+			g_ldso_text = (uintptr_t)eh + ph[i].p_vaddr;
+			g_ldso_text_end = g_ldso_text + ph[i].p_memsz;
+		}
+}
+
+static inline bool from_ldso(const void *ret)
+{
+	return (uintptr_t)ret - g_ldso_text < g_ldso_text_end - g_ldso_text;
 }
 
 /* ---- the malloc family ---- */
@@ -332,7 +364,7 @@ void *malloc(size_t n)
 {
 	void *p;
 
-	if (!use_heap())
+	if (!use_heap() || from_ldso(__builtin_return_address(0)))
 		return __libc_malloc(n);
 	child_alloc(n);
 	if (n >= DISCARD_MIN && (p = cache_take(n)))
@@ -366,7 +398,7 @@ void *calloc(size_t a, size_t b)
 {
 	void *p;
 
-	if (!use_heap())
+	if (!use_heap() || from_ldso(__builtin_return_address(0)))
 		return __libc_calloc(a, b);
 	bool fits = b && a <= SIZE_MAX / b; /* else mi_calloc() refuses it */
 
@@ -411,6 +443,8 @@ static size_t libc_usable(void *p)
 
 void *realloc(void *p, size_t n)
 {
+	if (from_ldso(__builtin_return_address(0)) && !in_arena(p))
+		return __libc_realloc(p, n);
 	if (!p)
 		return malloc(n);
 	if (in_arena(p)) {
@@ -1084,6 +1118,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 
 	if (!lim || !*lim)
 		return;
+	find_ldso();
 	if (free_fds() < INSTANCE_FDS + FD_HEADROOM) {
 		fprintf(stderr, "uswap: pid %d runs unmanaged: RLIMIT_NOFILE leaves it %ld free descriptors, and an "
 				"instance would hold up to %d of them\n",
