@@ -811,6 +811,30 @@ static void dlopen_global(void)
 	same_output("16M", cmd, true);
 }
 
+/*
+ * A child started as another user (subprocess's user=, as su or a daemon dropping root do) that gets
+ * no userfaultfd there (vm.unprivileged_userfaultfd at 0, /dev/userfaultfd root's): it runs
+ * unmanaged, said on stderr, where it exited with status 2 (python3's test_subprocess.test_user).
+ */
+static void child_as_other_user(void)
+{
+	char script[300];
+
+	if (getuid() != 0) {
+		fprintf(stderr, "[%s] skipped: needs root\n", check_test);
+		return;
+	}
+	snprintf(script, sizeof(script), "%s/user.py", tmpdir);
+	write_file(script, "import subprocess, sys\n"
+			   "buf = bytearray(64 << 20)\n"
+			   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+			   "print(subprocess.check_output([sys.executable, '-c', 'import os; print(os.getuid())'],\n"
+			   "                              user=65534, group=65534, extra_groups=[]).decode().strip())\n"
+			   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
 static int write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -1252,7 +1276,7 @@ static const struct test tests[] = {
 	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(dlopen_global), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(dlopen_global), T(child_as_other_user), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 
