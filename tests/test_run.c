@@ -835,6 +835,28 @@ static void child_as_other_user(void)
 	same_output("16M", cmd, true);
 }
 
+/*
+ * malloc() of more than any arena holds returns NULL, as glibc's does (numpy's tests ask for 2^63 - 1
+ * bytes and expect MemoryError): the arena's growth doubled a chunk past 2^63 to 0, and looped.
+ */
+static void impossible_malloc(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/huge.py", tmpdir);
+	write_file(script, "import ctypes\n"
+			   "libc = ctypes.CDLL(None)\n"
+			   "libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
+			   "buf = bytearray(64 << 20)\n"
+			   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+			   "for n in (2**63 - 1, 2**63, 2**64 - 1, 2**62):\n"
+			   "    print(n, libc.malloc(ctypes.c_size_t(n)), libc.calloc(ctypes.c_size_t(n), 1),\n"
+			   "          libc.realloc(None, ctypes.c_size_t(n)))\n"
+			   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
 static int write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -1276,7 +1298,7 @@ static const struct test tests[] = {
 	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(dlopen_global), T(child_as_other_user), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(descriptors_taken), T(few_descriptors), T(dlopen_global), T(child_as_other_user), T(impossible_malloc), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child),
 };
 

@@ -132,7 +132,7 @@ static bool grow_arena(size_t need, bool plain_ok)
 	pthread_mutex_lock(&g_grow_lock);
 	uint64_t total = g_arena_end - g_arena, chunk = g_managed ? g_managed : FIRST_CHUNK;
 
-	while (chunk < need + ARENA_ALIGN)
+	while (chunk < need + ARENA_ALIGN && chunk < total) /* need may be SIZE_MAX / 2: no doubling to 0 */
 		chunk *= 2;
 	if (chunk > total - g_managed)
 		chunk = total - g_managed;
