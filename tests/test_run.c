@@ -892,6 +892,76 @@ static void few_descriptors(void)
 	same_output("32M", cmd, false);
 }
 
+/*
+ * Libraries dlopen()ed RTLD_GLOBAL, then 256 MB written under 16M and read back. The dynamic
+ * linker's link maps of such libraries were malloc()ed in the arena and went cold; the first swap-in
+ * made a fault handler call a function of the library for the first time, and lazy binding walks
+ * those link maps: the handler faulted on a page only it could bring back (hung every time; python3's
+ * test_ctypes hung in the same way).
+ */
+static void dlopen_global(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/dlopen.py", tmpdir);
+	write_file(script, "import ctypes, mmap\n"
+			   "libs = [ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL) for n in\n"
+			   "        ('libz.so.1', 'libbz2.so.1.0', 'liblzma.so.5', 'libexpat.so.1')]\n"
+			   "n = 256 << 20\n"
+			   "m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
+			   "for i in range(0, n, 4096):\n"
+			   "    m[i:i + 8] = i.to_bytes(8, 'little')\n"
+			   "print(sum(int.from_bytes(m[i:i + 8], 'little') for i in range(0, n, 4096)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
+/*
+ * A child started as another user (subprocess's user=, as su or a daemon dropping root do) that gets
+ * no userfaultfd there (vm.unprivileged_userfaultfd at 0, /dev/userfaultfd root's): it runs
+ * unmanaged, said on stderr, where it exited with status 2 (python3's test_subprocess.test_user).
+ */
+static void child_as_other_user(void)
+{
+	char script[300];
+
+	if (getuid() != 0) {
+		fprintf(stderr, "[%s] skipped: needs root\n", check_test);
+		return;
+	}
+	snprintf(script, sizeof(script), "%s/user.py", tmpdir);
+	write_file(script, "import subprocess, sys\n"
+			   "buf = bytearray(64 << 20)\n"
+			   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+			   "print(subprocess.check_output([sys.executable, '-c', 'import os; print(os.getuid())'],\n"
+			   "                              user=65534, group=65534, extra_groups=[]).decode().strip())\n"
+			   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
+/*
+ * malloc() of more than any arena holds returns NULL, as glibc's does (numpy's tests ask for 2^63 - 1
+ * bytes and expect MemoryError): the arena's growth doubled a chunk past 2^63 to 0, and looped.
+ */
+static void impossible_malloc(void)
+{
+	char script[300];
+
+	snprintf(script, sizeof(script), "%s/huge.py", tmpdir);
+	write_file(script, "import ctypes\n"
+			   "libc = ctypes.CDLL(None)\n"
+			   "libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
+			   "buf = bytearray(64 << 20)\n"
+			   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+			   "for n in (2**63 - 1, 2**63, 2**64 - 1, 2**62):\n"
+			   "    print(n, libc.malloc(ctypes.c_size_t(n)), libc.calloc(ctypes.c_size_t(n), 1),\n"
+			   "          libc.realloc(None, ctypes.c_size_t(n)))\n"
+			   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	same_output("16M", cmd, true);
+}
+
 static int write_text(const char *path, const char *text)
 {
 	FILE *f = fopen(path, "w");
@@ -1499,7 +1569,8 @@ static const struct test tests[] = {
 	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(core_dump),
 	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
 	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(address_space_ours), T(descriptors_taken), T(few_descriptors), T(big_blocks), T(node_map),
+	T(locked_memory), T(address_space_limits), T(address_space_ours), T(descriptors_taken), T(few_descriptors),
+	T(dlopen_global), T(child_as_other_user), T(impossible_malloc), T(big_blocks), T(node_map),
 	T(redis_bgsave), T(daemon_child), T(auto_limit),
 };
 

@@ -6,12 +6,15 @@
 #include "preload/preload.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <mimalloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -45,7 +48,7 @@ bool grow_arena(size_t need, bool plain_ok)
 	pthread_mutex_lock(&g_grow_lock);
 	uint64_t total = g_arena_end - g_arena, chunk = g_managed ? g_managed : FIRST_CHUNK;
 
-	while (chunk < need + ARENA_ALIGN)
+	while (chunk < need + ARENA_ALIGN && chunk < total) /* need may be SIZE_MAX / 2: no doubling to 0 */
 		chunk *= 2;
 	if (chunk > total - g_managed)
 		chunk = total - g_managed;
@@ -77,6 +80,35 @@ static inline bool in_arena(const void *p)
 static inline bool use_heap(void)
 {
 	return atomic_load_explicit(&g_heap, memory_order_relaxed) && !t_internal;
+}
+
+/*
+ * The dynamic linker's own blocks (link maps and scope lists of dlopen()ed libraries, dynamic TLS)
+ * come from glibc's heap, outside the limit: our threads read them whenever they call a function for
+ * the first time (lazy binding walks the link maps), and one swapped out was a fault that only the
+ * faulting handler could serve. python3's test_ctypes hung so (tests/test_run.c dlopen_global).
+ * ld.so calls malloc, calloc, realloc and free only; free() goes by the address already.
+ */
+static uintptr_t g_ldso_text, g_ldso_text_end;
+
+void find_ldso(void)
+{
+	const ElfW(Ehdr) *eh = (const void *)getauxval(AT_BASE);
+
+	if (!eh || memcmp(eh->e_ident, ELFMAG, SELFMAG))
+		return; /* ld.so run as the program: its blocks stay in the arena */
+	const ElfW(Phdr) *ph = (const void *)((uintptr_t)eh + eh->e_phoff);
+
+	for (int i = 0; i < eh->e_phnum; i++)
+		if (ph[i].p_type == PT_LOAD && (ph[i].p_flags & PF_X)) {
+			g_ldso_text = (uintptr_t)eh + ph[i].p_vaddr;
+			g_ldso_text_end = g_ldso_text + ph[i].p_memsz;
+		}
+}
+
+static inline bool from_ldso(const void *ret)
+{
+	return (uintptr_t)ret - g_ldso_text < g_ldso_text_end - g_ldso_text;
 }
 
 /* ---- the malloc family ---- */
@@ -239,7 +271,7 @@ void *malloc(size_t n)
 {
 	void *p;
 
-	if (!use_heap())
+	if (!use_heap() || from_ldso(__builtin_return_address(0)))
 		return __libc_malloc(n);
 	child_alloc(n);
 	if (n >= DISCARD_MIN && (p = cache_take(n)))
@@ -273,7 +305,7 @@ void *calloc(size_t a, size_t b)
 {
 	void *p;
 
-	if (!use_heap())
+	if (!use_heap() || from_ldso(__builtin_return_address(0)))
 		return __libc_calloc(a, b);
 	bool fits = b && a <= SIZE_MAX / b; /* else mi_calloc() refuses it */
 
@@ -318,6 +350,8 @@ static size_t libc_usable(void *p)
 
 void *realloc(void *p, size_t n)
 {
+	if (from_ldso(__builtin_return_address(0)) && !in_arena(p))
+		return __libc_realloc(p, n);
 	if (!p)
 		return malloc(n);
 	if (in_arena(p)) {

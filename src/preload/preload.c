@@ -268,6 +268,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 
 	if (!lim || !*lim)
 		return;
+	find_ldso();
 	if (free_fds() < INSTANCE_FDS + FD_HEADROOM) {
 		fprintf(stderr, "uswap: pid %d runs unmanaged: RLIMIT_NOFILE leaves it %ld free descriptors, and an "
 				"instance would hold up to %d of them\n",
@@ -330,6 +331,17 @@ __attribute__((constructor(101))) static void preload_init(void)
 	g_discards_reported = o.discards_reported;
 	g_opts = o;
 	ret = uswap_mm_create(&g_mm, &o);
+	/*
+	 * No userfaultfd for this process: `uswap run` checked its own user, so this is a program
+	 * started as another one (su, a daemon dropping root, subprocess's user=). It runs as it would
+	 * plainly, as under a low RLIMIT_NOFILE; nothing is set up yet.
+	 */
+	if (ret == -EPERM) {
+		fprintf(stderr, "uswap: pid %d runs unmanaged: %s\n", (int)getpid(), uswap_errmsg());
+		g_mm = NULL;
+		t_internal = 0;
+		return;
+	}
 	if (ret)
 		fail("starting the instance", ret);
 

@@ -67,6 +67,8 @@ static inline bool ours(void)
 extern size_t g_cache_max;             /* bytes of freed big blocks kept (0 until the heap is up) */
 extern _Atomic size_t g_child_alloc;   /* a fork child's allocations since fork */
 bool grow_arena(size_t need, bool plain_ok);
+/* Where the dynamic linker's code is: its mallocs go to glibc's heap (see there). */
+void find_ldso(void);
 uintptr_t reserve_heap(uint64_t *heap, bool exact);
 void cache_age(void);
 void cache_lock(void);
