@@ -38,11 +38,25 @@ static int parse_size(const char *s, uint64_t *out)
 	unsigned long long v = strtoull(s, &end, 10);
 
 	switch (*end) {
-	case 'G': case 'g': v <<= 30; end++; break;
-	case 'M': case 'm': v <<= 20; end++; break;
-	case 'K': case 'k': v <<= 10; end++; break;
-	case '\0': break;
-	default: return -1;
+	case 'G':
+	case 'g':
+		v <<= 30;
+		end++;
+		break;
+	case 'M':
+	case 'm':
+		v <<= 20;
+		end++;
+		break;
+	case 'K':
+	case 'k':
+		v <<= 10;
+		end++;
+		break;
+	case '\0':
+		break;
+	default:
+		return -1;
 	}
 	if (*end || !v)
 		return -1;
@@ -126,19 +140,23 @@ int main(int argc, char **argv)
 			seed = strtoull(v, NULL, 10);
 			i++;
 		} else {
-			fprintf(stderr, "workload: bad argument \"%s\"\n"
-					"usage: workload [--size 2G] [--pattern seq|rand|zipf] [--seconds 20] "
-					"[--touches N] [--seed N] [--writes PCT]\n", a);
+			fprintf(stderr,
+				"workload: bad argument \"%s\"\n"
+				"usage: workload [--size 2G] [--pattern seq|rand|zipf] [--seconds 20] "
+				"[--touches N] [--seed N] [--writes PCT]\n",
+				a);
 			return 2;
 		}
 	}
 
 	uint64_t npages = size / PAGE;
-	unsigned char *region = mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char *region =
+		mmap(NULL, npages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	uint32_t *touched = calloc(npages, sizeof(*touched)); /* the shadow: touches per page */
 
 	if (region == MAP_FAILED || !touched) {
-		fprintf(stderr, "workload: cannot map %llu bytes: %s\n", (unsigned long long)size, strerror(errno));
+		fprintf(stderr, "workload: cannot map %llu bytes: %s\n", (unsigned long long)size,
+			strerror(errno));
 		return 2;
 	}
 
@@ -153,7 +171,7 @@ int main(int argc, char **argv)
 	}
 	double fill_s = now() - t0;
 
-	struct zipf z = { 0 };
+	struct zipf z = {0};
 	if (!strcmp(pattern, "zipf"))
 		zipf_init(&z, npages, 0.99);
 	rng_state = seed * 7 + 1;

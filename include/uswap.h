@@ -17,9 +17,9 @@
 extern "C" {
 #endif
 
-#define USWAP_PAGE_SIZE 4096u
+#define USWAP_PAGE_SIZE       4096u
 #define USWAP_FOLIO_MAX_PAGES 512u /* 2 MiB */
-#define USWAP_MAX_TIERS 7u
+#define USWAP_MAX_TIERS       7u
 /*
  * With uswap_mm_options.pool_in_limit, the compressed pool's share of the limit starts at
  * 1/USWAP_POOL_SHARE_MAX_DIV and moves between 1/USWAP_POOL_SHARE_MIN_DIV and that.
@@ -36,10 +36,10 @@ typedef uint64_t uswap_id_t;
 
 /* Options of uswap_create_opts(); zero means "default" for every field. */
 struct uswap_options {
-	const char *tiers;           /* tier string, see uswap_create() */
-	uint64_t max_pages;          /* descriptor slab capacity in pages (default 2^28: 1 TiB swapped) */
-	unsigned nr_ctx;             /* codec contexts = concurrent stores/loads (default 2 * CPUs) */
-	unsigned no_background : 1;  /* no writeback/compaction thread: the caller runs uswap_maintain() */
+	const char *tiers;          /* tier string, see uswap_create() */
+	uint64_t max_pages;         /* descriptor slab capacity in pages (default 2^28: 1 TiB swapped) */
+	unsigned nr_ctx;            /* codec contexts = concurrent stores/loads (default 2 * CPUs) */
+	unsigned no_background : 1; /* no writeback/compaction thread: the caller runs uswap_maintain() */
 };
 
 /*
@@ -150,11 +150,11 @@ struct uswap_tier_stats {
 	uint64_t meta_bytes;     /* the tier's own metadata (allocator bookkeeping) */
 	uint64_t stores, loads, rejects, errors;
 	uint64_t writeback_in, writeback_out; /* pages received from above / pushed below */
-	uint64_t load_ns;                      /* time spent loading */
-	uint64_t split_stores;                 /* folios stored in pieces: no free run held them (file) */
-	uint64_t released_bytes;               /* space handed back to the system (file: holes punched) */
-	uint32_t off;                          /* 1 after uswap_swapoff() */
-	uint32_t in_memory;                    /* 1: holds pages in this process's memory (a pool) */
+	uint64_t load_ns;                     /* time spent loading */
+	uint64_t split_stores;                /* folios stored in pieces: no free run held them (file) */
+	uint64_t released_bytes;              /* space handed back to the system (file: holes punched) */
+	uint32_t off;                         /* 1 after uswap_swapoff() */
+	uint32_t in_memory;                   /* 1: holds pages in this process's memory (a pool) */
 	/*
 	 * A fault() tier (see uswap_create()): the seed of its draws (give it back as seed= or
 	 * USWAP_FAULT_SEED to replay), and the faults it injected by kind: calls failed with EIO, ENOSPC,
@@ -165,14 +165,14 @@ struct uswap_tier_stats {
 };
 
 struct uswap_stats {
-	uint64_t pages;          /* pages held by the layer now */
-	uint64_t folios;         /* live swap ids */
+	uint64_t pages;                /* pages held by the layer now */
+	uint64_t folios;               /* live swap ids */
 	uint64_t stores, loads, frees; /* calls that succeeded */
-	uint64_t store_failures; /* stores no tier took */
-	uint64_t csum_errors;    /* loads whose data did not match its checksum */
-	uint64_t io_errors;      /* loads a tier failed */
-	uint64_t desc_bytes;     /* descriptor slab and its allocator, as touched */
-	uint64_t meta_bytes;     /* desc_bytes + every tier's meta_bytes */
+	uint64_t store_failures;       /* stores no tier took */
+	uint64_t csum_errors;          /* loads whose data did not match its checksum */
+	uint64_t io_errors;            /* loads a tier failed */
+	uint64_t desc_bytes;           /* descriptor slab and its allocator, as touched */
+	uint64_t meta_bytes;           /* desc_bytes + every tier's meta_bytes */
 	unsigned nr_tiers;
 	struct uswap_tier_stats tier[USWAP_MAX_TIERS];
 };
@@ -223,15 +223,16 @@ struct uswap_mm;
 
 /* Options of uswap_mm_create(); zero means "default" for every field. */
 struct uswap_mm_options {
-	uint64_t limit_bytes;          /* resident limit of all regions (0: none) */
-	const char *tiers;             /* tier string (uswap_create()); NULL: uswap_default_tiers(limit_bytes) */
-	size_t folio_bytes;            /* default folio of regions: 4 KiB..2 MiB, a power of two (4 KiB) */
-	unsigned nr_threads;           /* fault handler threads (one per CPU this process may use, up to 8; pinned) */
-	unsigned fault_around_pages;   /* a first touch zero-fills up to this many untouched pages (16; 1 off) */
-	unsigned inactive_percent;     /* share of the limit kept inactive for second chances (12) */
-	uint64_t max_swap_pages;       /* the swap layer's descriptor capacity (its default) */
-	unsigned sigbus_mode;          /* 1: faults resolved by the faulting thread (see above) */
-	unsigned pool_in_limit;        /* 1: limit_bytes bounds resident pages and uswap_mem_bytes() together */
+	uint64_t limit_bytes; /* resident limit of all regions (0: none) */
+	const char *tiers;    /* tier string (uswap_create()); NULL: uswap_default_tiers(limit_bytes) */
+	size_t folio_bytes;   /* default folio of regions: 4 KiB..2 MiB, a power of two (4 KiB) */
+	unsigned nr_threads;  /* fault handler threads (one per CPU this process may use, up to 8; pinned) */
+	unsigned
+		fault_around_pages; /* a first touch zero-fills up to this many untouched pages (16; 1 off) */
+	unsigned inactive_percent;  /* share of the limit kept inactive for second chances (12) */
+	uint64_t max_swap_pages;    /* the swap layer's descriptor capacity (its default) */
+	unsigned sigbus_mode;       /* 1: faults resolved by the faulting thread (see above) */
+	unsigned pool_in_limit;     /* 1: limit_bytes bounds resident pages and uswap_mem_bytes() together */
 	/*
 	 * 1: the program discards registered memory only through uswap_mm_discard() (never a plain
 	 * madvise(MADV_DONTNEED/MADV_FREE) of a registered range: its pages could come back with old
@@ -247,8 +248,8 @@ struct uswap_mm_options {
 	 * auto_min_bytes. uswap_mm_set_limit() then sets the ceiling.
 	 */
 	unsigned limit_auto;
-	unsigned auto_stall_ppm;       /* target share of the wall time spent waiting (10000 = 1%, the default) */
-	uint64_t auto_min_bytes;       /* floor of the limit (16 MiB) */
+	unsigned auto_stall_ppm; /* target share of the wall time spent waiting (10000 = 1%, the default) */
+	uint64_t auto_min_bytes; /* floor of the limit (16 MiB) */
 };
 
 /*
@@ -368,37 +369,40 @@ int uswap_mm_prepare_dump(struct uswap_mm *m, uint64_t max_bytes);
 struct uswap *uswap_mm_swap(struct uswap_mm *m);
 
 struct uswap_mm_stats {
-	uint64_t limit_bytes;    /* 0: none */
-	uint64_t budget_bytes;   /* pool_in_limit: resident pages and pool together (limit_bytes is the pages' share); else limit_bytes */
-	uint64_t limit_auto;     /* 1: the limit finds itself (uswap_mm_options.limit_auto) */
-	uint64_t resident_bytes; /* pages of the regions in memory (mapped + inactive) */
+	uint64_t limit_bytes; /* 0: none */
+	uint64_t
+		budget_bytes; /* pool_in_limit: resident pages and pool together (limit_bytes is the pages' share); else limit_bytes */
+	uint64_t limit_auto;          /* 1: the limit finds itself (uswap_mm_options.limit_auto) */
+	uint64_t resident_bytes;      /* pages of the regions in memory (mapped + inactive) */
 	uint64_t peak_resident_bytes; /* the most resident_bytes has been */
-	uint64_t stall_ns;       /* time the program's threads waited on swap-ins and soft faults (handler time plus a round trip each) */
+	uint64_t
+		stall_ns; /* time the program's threads waited on swap-ins and soft faults (handler time plus a round trip each) */
 	uint64_t inactive_bytes; /* resident but moved out of the program's view, waiting to go */
 	uint64_t swapped_bytes;  /* pages of the regions held only by the swap layer */
 	uint64_t clean_bytes;    /* resident pages that also keep a valid swap copy */
 	uint64_t regions, region_bytes;
-	uint64_t zero_fills;     /* pages zero-filled on first touch (fault-around included) */
-	uint64_t swapins, swapin_pages; /* folio loads from the swap layer, and their pages */
-	uint64_t readahead_pages; /* ... of which loaded ahead of a sequential run of swap-ins */
-	uint64_t soft_faults;    /* inactive folios a touch brought back without a load */
-	uint64_t wp_faults;      /* first writes to clean pages (their swap copy is dropped) */
-	uint64_t demotions;      /* folios moved to the inactive list */
+	uint64_t zero_fills;               /* pages zero-filled on first touch (fault-around included) */
+	uint64_t swapins, swapin_pages;    /* folio loads from the swap layer, and their pages */
+	uint64_t readahead_pages;          /* ... of which loaded ahead of a sequential run of swap-ins */
+	uint64_t soft_faults;              /* inactive folios a touch brought back without a load */
+	uint64_t wp_faults;                /* first writes to clean pages (their swap copy is dropped) */
+	uint64_t demotions;                /* folios moved to the inactive list */
 	uint64_t evictions, evicted_pages; /* folios released (stored, or clean) */
-	uint64_t clean_evictions;  /* ... of which released without a store */
-	uint64_t store_failures;   /* evictions no tier took: the folio stayed resident */
-	uint64_t load_failures;    /* swap-ins whose data could not be read: pages poisoned (SIGBUS) */
-	uint64_t load_retries;     /* loads tried again after an error that may pass (I/O, timeout) */
-	uint64_t direct_reclaims;  /* fault handlers that found resident over the limit and reclaimed */
+	uint64_t clean_evictions;          /* ... of which released without a store */
+	uint64_t store_failures;           /* evictions no tier took: the folio stayed resident */
+	uint64_t load_failures;   /* swap-ins whose data could not be read: pages poisoned (SIGBUS) */
+	uint64_t load_retries;    /* loads tried again after an error that may pass (I/O, timeout) */
+	uint64_t direct_reclaims; /* fault handlers that found resident over the limit and reclaimed */
 	uint64_t events_remove, events_unmap, events_remap; /* madvise, munmap, mremap seen */
-	uint64_t untracked_faults; /* faults outside every region (served a zero page) */
-	uint64_t sigbus_faults;    /* faults the faulting thread resolved itself (SIGBUS mode) */
+	uint64_t untracked_faults;             /* faults outside every region (served a zero page) */
+	uint64_t sigbus_faults;                /* faults the faulting thread resolved itself (SIGBUS mode) */
 	uint64_t swapin_ns_p50, swapin_ns_p99; /* fault handler time of faults that loaded */
-	uint64_t reclaim_ns;       /* time the clock hands ran (reclaimer and direct reclaim) */
+	uint64_t reclaim_ns;                   /* time the clock hands ran (reclaimer and direct reclaim) */
 	uint64_t reclaim_store_ns; /* ... of which in the swap layer's store (compression, tier I/O) */
-	uint64_t pool_share_bytes; /* pool_in_limit: what the pool may hold of the limit now (moves with misses) */
-	uint64_t meta_bytes;       /* mm's own bookkeeping: page and folio state, region table */
-	uint64_t buffer_bytes;     /* staging buffers of the fault path (address space, touched lazily) */
+	uint64_t
+		pool_share_bytes; /* pool_in_limit: what the pool may hold of the limit now (moves with misses) */
+	uint64_t meta_bytes;      /* mm's own bookkeeping: page and folio state, region table */
+	uint64_t buffer_bytes; /* staging buffers of the fault path (address space, touched lazily) */
 };
 
 /* uswap_mm_stats() - a snapshot. Return: 0. */

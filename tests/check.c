@@ -60,7 +60,7 @@ uint64_t seed_for(uint64_t x)
 
 void fill_page(void *p, enum page_kind kind, uint64_t seed)
 {
-	static const enum pagegen_kind map[] = { PG_ZERO, PG_SAME, PG_TEXT, PG_RANDOM };
+	static const enum pagegen_kind map[] = {PG_ZERO, PG_SAME, PG_TEXT, PG_RANDOM};
 
 	if (kind == PK_MIXED)
 		kind = (enum page_kind)(seed % 4);
@@ -75,7 +75,7 @@ void fill_pages(void *p, size_t npages, enum page_kind kind, uint64_t seed)
 
 struct uswap *check_layer(const char *spec, int background)
 {
-	struct uswap_options o = { .tiers = spec, .no_background = !background };
+	struct uswap_options o = {.tiers = spec, .no_background = !background};
 	struct uswap *u = NULL;
 	int ret = uswap_create_opts(&u, &o);
 
@@ -189,8 +189,8 @@ static int threads_not_blocking(const sigset_t *set)
 		fclose(f);
 		for (int sig = 1; seen && sig < 64; sig++)
 			if (sigismember(set, sig) && !(blk & (1ull << (sig - 1)))) {
-				fprintf(stderr, "[%s] thread %s (%s) does not block signal %d\n", check_test, e->d_name,
-					name, sig);
+				fprintf(stderr, "[%s] thread %s (%s) does not block signal %d\n", check_test,
+					e->d_name, name, sig);
 				bad++;
 				break;
 			}
@@ -201,9 +201,9 @@ static int threads_not_blocking(const sigset_t *set)
 
 void check_signals_stay_pending(void)
 {
-	struct sigaction sa = { .sa_handler = count_signal }, old1, old2;
-	struct gate g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
-	struct timespec wait_5s = { 5, 0 };
+	struct sigaction sa = {.sa_handler = count_signal}, old1, old2;
+	struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+	struct timespec wait_5s = {5, 0};
 	sigset_t both, one, old_mask, pending;
 	pthread_t th[2];
 	int started = 0;
@@ -236,8 +236,8 @@ void check_signals_stay_pending(void)
 	int fd = signalfd(-1, &one, SFD_CLOEXEC);
 	CHECK(fd >= 0);
 	if (fd >= 0) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		struct signalfd_siginfo si = { 0 };
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		struct signalfd_siginfo si = {0};
 
 		CHECK_EQ(kill(getpid(), SIGUSR2), 0);
 		CHECK_EQ(poll(&pfd, 1, 5000), 1);

@@ -13,32 +13,33 @@
 extern int check_failures;
 extern const char *check_test;
 
-#define CHECK(cond)                                                                                     \
-	do {                                                                                            \
-		if (!(cond)) {                                                                          \
-			fprintf(stderr, "%s:%d: [%s] check failed: %s\n", __FILE__, __LINE__, check_test, #cond); \
-			check_failures++;                                                               \
-		}                                                                                       \
+#define CHECK(cond)                                                                                          \
+	do {                                                                                                 \
+		if (!(cond)) {                                                                               \
+			fprintf(stderr, "%s:%d: [%s] check failed: %s\n", __FILE__, __LINE__, check_test,    \
+				#cond);                                                                      \
+			check_failures++;                                                                    \
+		}                                                                                            \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                                                  \
-	do {                                                                                            \
-		long long va_ = (long long)(a), vb_ = (long long)(b);                                   \
-		if (va_ != vb_) {                                                                       \
-			fprintf(stderr, "%s:%d: [%s] %s: expected %lld, got %lld\n", __FILE__, __LINE__,   \
-				check_test, #a, vb_, va_);                                              \
-			check_failures++;                                                               \
-		}                                                                                       \
+#define CHECK_EQ(a, b)                                                                                       \
+	do {                                                                                                 \
+		long long va_ = (long long)(a), vb_ = (long long)(b);                                        \
+		if (va_ != vb_) {                                                                            \
+			fprintf(stderr, "%s:%d: [%s] %s: expected %lld, got %lld\n", __FILE__, __LINE__,     \
+				check_test, #a, vb_, va_);                                                   \
+			check_failures++;                                                                    \
+		}                                                                                            \
 	} while (0)
 
-#define CHECK_MEM(a, b, len)                                                                            \
-	do {                                                                                            \
-		size_t off_ = check_memdiff((a), (b), (len));                                          \
-		if (off_ != (size_t)-1) {                                                               \
-			fprintf(stderr, "%s:%d: [%s] %s and %s differ at byte %zu of %zu\n", __FILE__,      \
-				__LINE__, check_test, #a, #b, off_, (size_t)(len));                     \
-			check_failures++;                                                               \
-		}                                                                                       \
+#define CHECK_MEM(a, b, len)                                                                                 \
+	do {                                                                                                 \
+		size_t off_ = check_memdiff((a), (b), (len));                                                \
+		if (off_ != (size_t)-1) {                                                                    \
+			fprintf(stderr, "%s:%d: [%s] %s and %s differ at byte %zu of %zu\n", __FILE__,       \
+				__LINE__, check_test, #a, #b, off_, (size_t)(len));                          \
+			check_failures++;                                                                    \
+		}                                                                                            \
 	} while (0)
 
 static inline size_t check_memdiff(const void *a, const void *b, size_t len)
@@ -60,13 +61,16 @@ struct test {
 
 /* Runs the tests named on the command line (all when none), prints one line each. Return: exit code. */
 int check_run(const struct test *tests, size_t n, int argc, char **argv);
-#define CHECK_MAIN(...)                                                                                 \
-	int main(int argc, char **argv)                                                                 \
-	{                                                                                               \
-		static const struct test tests_[] = { __VA_ARGS__ };                                    \
-		return check_run(tests_, sizeof(tests_) / sizeof(tests_[0]), argc, argv);               \
+#define CHECK_MAIN(...)                                                                                      \
+	int main(int argc, char **argv)                                                                      \
+	{                                                                                                    \
+		static const struct test tests_[] = {__VA_ARGS__};                                           \
+		return check_run(tests_, sizeof(tests_) / sizeof(tests_[0]), argc, argv);                    \
 	}
-#define T(fn) { #fn, fn }
+#define T(fn)                                                                                                \
+	{                                                                                                    \
+#fn, fn                                                                                      \
+	}
 
 /* Skip the whole binary (exit 77) with a reason. */
 _Noreturn void check_skip(const char *why);
@@ -93,19 +97,19 @@ void check_validate_at(struct uswap *u, const char *file, int line);
 void check_validate_mm_at(struct uswap_mm *m, const char *file, int line);
 #define check_validate(u)    check_validate_at((u), __FILE__, __LINE__)
 #define check_validate_mm(m) check_validate_mm_at((m), __FILE__, __LINE__)
-#define check_destroy(u)                                                                                \
-	do {                                                                                            \
-		struct uswap *u_ = (u);                                                                 \
-		if (u_)                                                                                 \
-			check_validate_at(u_, __FILE__, __LINE__);                                      \
-		uswap_destroy(u_);                                                                      \
+#define check_destroy(u)                                                                                     \
+	do {                                                                                                 \
+		struct uswap *u_ = (u);                                                                      \
+		if (u_)                                                                                      \
+			check_validate_at(u_, __FILE__, __LINE__);                                           \
+		uswap_destroy(u_);                                                                           \
 	} while (0)
-#define check_mm_destroy(m)                                                                             \
-	do {                                                                                            \
-		struct uswap_mm *m_ = (m);                                                              \
-		if (m_)                                                                                 \
-			check_validate_mm_at(m_, __FILE__, __LINE__);                                   \
-		uswap_mm_destroy(m_);                                                                   \
+#define check_mm_destroy(m)                                                                                  \
+	do {                                                                                                 \
+		struct uswap_mm *m_ = (m);                                                                   \
+		if (m_)                                                                                      \
+			check_validate_mm_at(m_, __FILE__, __LINE__);                                        \
+		uswap_mm_destroy(m_);                                                                        \
 	} while (0)
 /* Whether the walkers are compiled in (DEBUG builds): the tests of the walkers themselves need them. */
 int check_debug_build(void);

@@ -151,8 +151,9 @@ int rserver_run(const char *const *argv)
 static bool tls_pings(const struct rserver *s)
 {
 	char port[16], ca[64], cert[64], key[64];
-	const char *argv[] = {"/usr/bin/redis-cli", "--tls", "--cacert", ca, "--cert", cert, "--key", key,
-			      "-h", "127.0.0.1", "-p", port, "PING", NULL};
+	const char *argv[] = {
+		"/usr/bin/redis-cli", "--tls", "--cacert", ca,     "--cert", cert, "--key", key, "-h",
+		"127.0.0.1",          "-p",    port,       "PING", NULL};
 
 	snprintf(port, sizeof(port), "%d", s->port);
 	snprintf(ca, sizeof(ca), "%s/ca.crt", s->tls_dir);
@@ -161,27 +162,28 @@ static bool tls_pings(const struct rserver *s)
 	return rserver_run(argv) == 0;
 }
 
-static int start_once(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra)
+static int start_once(struct rserver *s, const char *const *wrap, const char *policy,
+		      const char *const *extra)
 {
 	const char *argv[64], *args[48] = {"/usr/bin/redis-server",
-				"--port",
-				NULL,
-				"--bind",
-				"127.0.0.1",
-				"--dir",
-				s->dir,
-				"--save",
-				"",
-				"--appendonly",
-				"no",
-				"--maxmemory-policy",
-				policy,
-				"--loglevel",
-				"warning",
-				"--logfile",
-				"redis.log",
-				"--daemonize",
-				"no"};
+					   "--port",
+					   NULL,
+					   "--bind",
+					   "127.0.0.1",
+					   "--dir",
+					   s->dir,
+					   "--save",
+					   "",
+					   "--appendonly",
+					   "no",
+					   "--maxmemory-policy",
+					   policy,
+					   "--loglevel",
+					   "warning",
+					   "--logfile",
+					   "redis.log",
+					   "--daemonize",
+					   "no"};
 	char port[16], cert[64], key[64], ca[64];
 	int argc = 0, nargs = 19;
 
@@ -244,7 +246,8 @@ int rserver_start(struct rserver *s, const char *policy, const char *const *extr
 static int start(struct rserver *s, const char *const *wrap, const char *certdir, bool mutual,
 		 const char *policy, const char *const *extra);
 
-int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra)
+int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy,
+			  const char *const *extra)
 {
 	return start(s, wrap, NULL, false, policy, extra);
 }
@@ -268,16 +271,56 @@ static void rm_cert_dirs(void)
 int rserver_make_certs(char *dir)
 {
 	static const char *const cmds[][24] = {
-		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-		 "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=uswap test CA", NULL},
-		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-		 "-nodes", "-keyout", "x.key", "-out", "x.crt", "-days", "2", "-subj", "/CN=another CA", NULL},
-		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-		 "-nodes", "-keyout", "s.key", "-out", "s.crt", "-days", "2", "-subj", "/CN=localhost", "-CA",
-		 "ca.crt", "-CAkey", "ca.key", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", NULL},
-		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-		 "-nodes", "-keyout", "c.key", "-out", "c.crt", "-days", "2", "-subj", "/CN=uswap client", "-CA",
-		 "ca.crt", "-CAkey", "ca.key", NULL},
+		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+		 "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days",
+		 "2", "-subj", "/CN=uswap test CA", NULL},
+		{"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+		 "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "x.key", "-out", "x.crt", "-days", "2",
+		 "-subj", "/CN=another CA", NULL},
+		{"/usr/bin/openssl",
+		 "req",
+		 "-x509",
+		 "-newkey",
+		 "ec",
+		 "-pkeyopt",
+		 "ec_paramgen_curve:prime256v1",
+		 "-nodes",
+		 "-keyout",
+		 "s.key",
+		 "-out",
+		 "s.crt",
+		 "-days",
+		 "2",
+		 "-subj",
+		 "/CN=localhost",
+		 "-CA",
+		 "ca.crt",
+		 "-CAkey",
+		 "ca.key",
+		 "-addext",
+		 "subjectAltName=IP:127.0.0.1,DNS:localhost",
+		 NULL},
+		{"/usr/bin/openssl",
+		 "req",
+		 "-x509",
+		 "-newkey",
+		 "ec",
+		 "-pkeyopt",
+		 "ec_paramgen_curve:prime256v1",
+		 "-nodes",
+		 "-keyout",
+		 "c.key",
+		 "-out",
+		 "c.crt",
+		 "-days",
+		 "2",
+		 "-subj",
+		 "/CN=uswap client",
+		 "-CA",
+		 "ca.crt",
+		 "-CAkey",
+		 "ca.key",
+		 NULL},
 	};
 	char cwd[512];
 	int slot = -1, ret = 0;

@@ -27,7 +27,8 @@ bool rserver_available(void);
  */
 int rserver_start(struct rserver *s, const char *policy, const char *const *extra);
 /* The same, with the server started by the NULL-terminated command @wrap (e.g. `uswap run ... --`). */
-int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy, const char *const *extra);
+int rserver_start_wrapped(struct rserver *s, const char *const *wrap, const char *policy,
+			  const char *const *extra);
 /*
  * rserver_start_tls() - the same, TLS only (--port 0): --tls-port, the server certificate and key
  * @certdir/s.crt, s.key, clients verified against @certdir/ca.crt when @mutual (else not asked for one).

@@ -41,11 +41,11 @@
 #include "rserver.h"
 #include "uswap.h"
 
-#define PS USWAP_PAGE_SIZE
-#define NSLOTS 1024
-#define MAX_FOLIO 64
-#define MAX_THREADS 16
-#define MAX_SPANS 64
+#define PS             USWAP_PAGE_SIZE
+#define NSLOTS         1024
+#define MAX_FOLIO      64
+#define MAX_THREADS    16
+#define MAX_SPANS      64
 #define DEFAULT_FAULTS "eio=1:enospc=1:etimedout=0.5:delay=0.5:flip=0.1:delay_ms=2" /* percent */
 
 static struct {
@@ -79,10 +79,10 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-#define VIOLATION(...)                                                                                  \
-	do {                                                                                            \
-		atomic_fetch_add(&n_violations, 1);                                                     \
-		fprintf(stderr, "soak: VIOLATION: " __VA_ARGS__);                                      \
+#define VIOLATION(...)                                                                                       \
+	do {                                                                                                 \
+		atomic_fetch_add(&n_violations, 1);                                                          \
+		fprintf(stderr, "soak: VIOLATION: " __VA_ARGS__);                                            \
 	} while (0)
 
 /* A failed load or SIGBUS is allowed only while faults are injected. */
@@ -97,9 +97,9 @@ static void load_failed(int err, const char *what)
 
 struct slot {
 	pthread_mutex_t lock;
-	uswap_id_t id;      /* 0: empty */
-	uint32_t npages;    /* of the folio */
-	uint32_t first;     /* pages [0, first) freed by uswap_free_pages() */
+	uswap_id_t id;   /* 0: empty */
+	uint32_t npages; /* of the folio */
+	uint32_t first;  /* pages [0, first) freed by uswap_free_pages() */
 	enum page_kind kind;
 	uint64_t seed;
 };
@@ -135,7 +135,8 @@ static void verify_bytes(const unsigned char *got, const unsigned char *want, si
 	for (size_t i = 0; i < npages; i++) {
 		if (memcmp(got + i * PS, want + i * PS, PS)) {
 			atomic_fetch_add(&n_mismatches, 1);
-			fprintf(stderr, "soak: MISMATCH: %s: page %zu of swap id %" PRIu64 " differs\n", what, i, id);
+			fprintf(stderr, "soak: MISMATCH: %s: page %zu of swap id %" PRIu64 " differs\n", what,
+				i, id);
 		}
 	}
 	atomic_fetch_add(&n_verified, npages);
@@ -179,7 +180,7 @@ static void op_load(struct lthread *t, struct slot *s)
 		n = 1 + rnd_next(&t->rng) % (s->npages - first);
 	}
 	ret = first == 0 && n == s->npages ? uswap_load(layer, s->id, t->buf, n)
-					    : uswap_load_pages(layer, s->id, first, n, t->buf);
+					   : uswap_load_pages(layer, s->id, first, n, t->buf);
 	if (ret) {
 		if (ret != -EIO && ret != -EBADMSG)
 			VIOLATION("load of id %" PRIu64 " returned %d: %s\n", s->id, ret, uswap_errmsg());
@@ -429,7 +430,8 @@ static void mm_touch(struct mthread *t, struct span *sp, size_t i, bool write)
 		t->guard = false;
 		atomic_fetch_add(&n_mismatches, 1);
 		fprintf(stderr,
-			"soak: MISMATCH: region page %p (uid %" PRIu64 " version %u%s, %s mode, folio %zu pages, page %zu of %zu) differs: %s\n",
+			"soak: MISMATCH: region page %p (uid %" PRIu64
+			" version %u%s, %s mode, folio %zu pages, page %zu of %zu) differs: %s\n",
 			(void *)addr, p->uid, p->ver, p->poisoned ? ", poisoned before" : "",
 			sp->m == mms[1] ? "SIGBUS" : "handler", sp->folio_pages, i, sp->npages,
 			addr[0] == 0 && !memcmp(addr, addr + 1, PS - 1) ? "zeros" : "other bytes");
@@ -438,8 +440,12 @@ static void mm_touch(struct mthread *t, struct span *sp, size_t i, bool write)
 
 			for (size_t j = f0; j < f0 + sp->folio_pages && j < sp->npages; j++)
 				np += sp->ps[j].poisoned;
-			fprintf(stderr, "soak: debug: %zu pages of its folio known poisoned; last op on it: %s\n", np,
-				p->last_op == 1 ? "read" : p->last_op == 2 ? "write" : p->last_op == 3 ? "sigbus" : "none");
+			fprintf(stderr,
+				"soak: debug: %zu pages of its folio known poisoned; last op on it: %s\n", np,
+				p->last_op == 1   ? "read"
+				: p->last_op == 2 ? "write"
+				: p->last_op == 3 ? "sigbus"
+						  : "none");
 		}
 	}
 	t->guard = false;
@@ -579,8 +585,8 @@ static void mm_fork_check(void)
 	}
 	close(fds[1]);
 	if (pid > 0) {
-		if (read(fds[0], res, sizeof(res)) != sizeof(res) || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
-		    WEXITSTATUS(st))
+		if (read(fds[0], res, sizeof(res)) != sizeof(res) || waitpid(pid, &st, 0) != pid ||
+		    !WIFEXITED(st) || WEXITSTATUS(st))
 			VIOLATION("fork child died or said nothing (status %#x)\n", st);
 		atomic_fetch_add(&n_forks, 1);
 		atomic_fetch_add(&n_child_verified, res[0]);
@@ -603,11 +609,19 @@ static void mm_coordinate(uint64_t *rng, size_t target_pages)
 
 	pthread_rwlock_wrlock(&span_lock);
 	if (spans_pages() < target_pages || nr_spans == 0) {
-		span_map(mms[getenv("SOAK_MODE") ? (uint64_t)atoi(getenv("SOAK_MODE")) : rnd_next(rng) % 2], 256 + rnd_next(rng) % 2048, rng);
+		span_map(mms[getenv("SOAK_MODE") ? (uint64_t)atoi(getenv("SOAK_MODE")) : rnd_next(rng) % 2],
+			 256 + rnd_next(rng) % 2048, rng);
 		goto out;
 	}
 	sp = &spans[rnd_next(rng) % nr_spans];
-	if (getenv("SOAK_SKIP") && strchr(getenv("SOAK_SKIP"), "fumdlsw"[r < 10 ? 0 : r < 25 ? 1 : r < 40 ? 2 : r < 55 ? 3 : r < 70 ? 4 : r < 75 ? 5 : r < 85 ? 6 : 0]))
+	if (getenv("SOAK_SKIP") && strchr(getenv("SOAK_SKIP"), "fumdlsw"[r < 10   ? 0
+									 : r < 25 ? 1
+									 : r < 40 ? 2
+									 : r < 55 ? 3
+									 : r < 70 ? 4
+									 : r < 75 ? 5
+									 : r < 85 ? 6
+										  : 0]))
 		goto out;
 	if (r < 10) {
 		mm_fork_check();
@@ -616,7 +630,8 @@ static void mm_coordinate(uint64_t *rng, size_t target_pages)
 		if (rnd_next(rng) % 2)
 			ret = uswap_unmap(sp->m, sp->addr + cut * PS, (sp->npages - cut) * PS);
 		else
-			ret = munmap(sp->addr + cut * PS, (sp->npages - cut) * PS) ? -errno : uswap_mm_sync(sp->m);
+			ret = munmap(sp->addr + cut * PS, (sp->npages - cut) * PS) ? -errno
+										   : uswap_mm_sync(sp->m);
 		if (ret)
 			VIOLATION("unmap: %d\n", ret);
 		atomic_fetch_add(&n_unmaps, 1);
@@ -636,7 +651,8 @@ static void mm_coordinate(uint64_t *rng, size_t target_pages)
 			to = mremap(sp->addr + cut * PS, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to);
 		if (to == MAP_FAILED) {
 			VIOLATION("mremap of %zu pages at %p (+%zu of a span of folios of %zu pages): %s\n",
-				  len / PS, (void *)(sp->addr + cut * PS), cut, sp->folio_pages, strerror(errno));
+				  len / PS, (void *)(sp->addr + cut * PS), cut, sp->folio_pages,
+				  strerror(errno));
 			goto out;
 		}
 		if (uswap_mm_sync(sp->m))
@@ -721,7 +737,8 @@ static void *watchdog_main(void *arg)
 		}
 		if (mono_ms() - since < opt.watchdog_s * 1000ull)
 			continue;
-		fprintf(stderr, "soak: HANG: no progress for %u s in phase %s; layer threads doing:", opt.watchdog_s,
+		fprintf(stderr,
+			"soak: HANG: no progress for %u s in phase %s; layer threads doing:", opt.watchdog_s,
 			atomic_load(&phase));
 		for (unsigned i = 0; i < opt.layer_threads && !opt.no_layer; i++) {
 			const char *d = lt[i].doing;
@@ -750,9 +767,10 @@ static void add_faults(struct uswap *u, uint64_t f[5])
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: soak [--seconds N] [--seed N] [--faults RATES|none] [--layer-threads N] "
-			"[--mm-threads N] [--watchdog S] [--no-layer] [--no-mm] [--no-redis]\n"
-			"RATES: the options of a fault() tier, default %s\n",
+	fprintf(stderr,
+		"usage: soak [--seconds N] [--seed N] [--faults RATES|none] [--layer-threads N] "
+		"[--mm-threads N] [--watchdog S] [--no-layer] [--no-mm] [--no-redis]\n"
+		"RATES: the options of a fault() tier, default %s\n",
 		DEFAULT_FAULTS);
 	exit(2);
 }
@@ -823,21 +841,24 @@ int main(int argc, char **argv)
 		pthread_rwlockattr_destroy(&ra);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	printf("soak: seed %" PRIu64 " (--seed %" PRIu64 " or USWAP_FAULT_SEED=%" PRIu64 " replays), %u s, faults %s\n",
+	printf("soak: seed %" PRIu64 " (--seed %" PRIu64 " or USWAP_FAULT_SEED=%" PRIu64
+	       " replays), %u s, faults %s\n",
 	       opt.seed, opt.seed, opt.seed, opt.seconds, *opt.faults ? opt.faults : "none");
 	sigaction(SIGBUS, &sa, NULL); /* before the SIGBUS-mode instance, which passes foreign ones here */
 	memset(lt, 0, sizeof(lt));
 	memset(mt, 0, sizeof(mt));
 
 	if (!opt.no_layer) {
-		int n = snprintf(spec, sizeof(spec), "same,%s,%s", wrap(a, sizeof(a), "zpool:lz4:max=16M", opt.seed),
+		int n = snprintf(spec, sizeof(spec), "same,%s,%s",
+				 wrap(a, sizeof(a), "zpool:lz4:max=16M", opt.seed),
 				 wrap(b, sizeof(b), "file:size=512M", opt.seed + 1));
 
 		if (!opt.no_redis && rserver_available() && !rserver_start(&rs, "noeviction", NULL)) {
 			char r[64];
 
 			snprintf(r, sizeof(r), "redis://127.0.0.1:%d", rs.port);
-			snprintf(spec + n, sizeof(spec) - (size_t)n, ",%s", wrap(c, sizeof(c), r, opt.seed + 2));
+			snprintf(spec + n, sizeof(spec) - (size_t)n, ",%s",
+				 wrap(c, sizeof(c), r, opt.seed + 2));
 		}
 		printf("soak: layer tiers %s\n", spec);
 		ret = uswap_create(&layer, spec);
@@ -851,14 +872,16 @@ int main(int argc, char **argv)
 	}
 	if (!opt.no_mm) {
 		for (unsigned k = 0; k < 2; k++) {
-			struct uswap_mm_options o = {.limit_bytes = 8 << 20, .sigbus_mode = k, .nr_threads = 2};
+			struct uswap_mm_options o = {
+				.limit_bytes = 8 << 20, .sigbus_mode = k, .nr_threads = 2};
 
 			snprintf(spec, sizeof(spec), "same,%s,%s",
 				 wrap(a, sizeof(a), "zpool:lz4:max=4M", opt.seed + 10 + 2 * k),
 				 wrap(b, sizeof(b), "file:size=512M", opt.seed + 11 + 2 * k));
 			o.tiers = spec;
 			if (!k)
-				printf("soak: mm tiers %s (and seeds +2 for the SIGBUS-mode instance)\n", spec);
+				printf("soak: mm tiers %s (and seeds +2 for the SIGBUS-mode instance)\n",
+				       spec);
 			ret = uswap_mm_create(&mms[k], &o);
 			if (ret == -EPERM || ret == -EOPNOTSUPP) {
 				printf("soak: no memory regions here: %s\n", uswap_errmsg());
@@ -923,10 +946,12 @@ int main(int argc, char **argv)
 
 			add_faults(uswap_mm_swap(mms[k]), faults);
 			uswap_mm_stats(mms[k], &ms);
-			printf("soak: mm %s: swapins %" PRIu64 " evictions %" PRIu64 " store_failures %" PRIu64
-			       " load_failures %" PRIu64 " events unmap %" PRIu64 " remap %" PRIu64 " remove %" PRIu64 "\n",
-			       k ? "sigbus mode" : "handler mode", ms.swapins, ms.evictions, ms.store_failures,
-			       ms.load_failures, ms.events_unmap, ms.events_remap, ms.events_remove);
+			printf("soak: mm %s: swapins %" PRIu64 " evictions %" PRIu64
+			       " store_failures %" PRIu64 " load_failures %" PRIu64 " events unmap %" PRIu64
+			       " remap %" PRIu64 " remove %" PRIu64 "\n",
+			       k ? "sigbus mode" : "handler mode", ms.swapins, ms.evictions,
+			       ms.store_failures, ms.load_failures, ms.events_unmap, ms.events_remap,
+			       ms.events_remove);
 		}
 	}
 	atomic_store(&phase, "teardown");
@@ -944,19 +969,22 @@ int main(int argc, char **argv)
 	while (nr_spans)
 		span_drop(nr_spans - 1);
 
-	printf("soak: failures store %" PRIu64 " load_eio %" PRIu64 " load_badmsg %" PRIu64 " region_sigbus %" PRIu64
-	       " child_sigbus %" PRIu64 "; mm writes %" PRIu64 " forks %" PRIu64 " (child pages %" PRIu64
-	       ") maps %" PRIu64 " unmaps %" PRIu64 " mremaps %" PRIu64 " discards %" PRIu64 "; violations %" PRIu64 "\n",
+	printf("soak: failures store %" PRIu64 " load_eio %" PRIu64 " load_badmsg %" PRIu64
+	       " region_sigbus %" PRIu64 " child_sigbus %" PRIu64 "; mm writes %" PRIu64 " forks %" PRIu64
+	       " (child pages %" PRIu64 ") maps %" PRIu64 " unmaps %" PRIu64 " mremaps %" PRIu64
+	       " discards %" PRIu64 "; violations %" PRIu64 "\n",
 	       atomic_load(&n_store_fail), atomic_load(&n_load_eio), atomic_load(&n_load_badmsg),
 	       atomic_load(&n_mm_sigbus), atomic_load(&n_child_sigbus), atomic_load(&n_mm_writes),
-	       atomic_load(&n_forks), atomic_load(&n_child_verified), atomic_load(&n_maps), atomic_load(&n_unmaps),
-	       atomic_load(&n_remaps), atomic_load(&n_discards), atomic_load(&n_violations));
-	printf("soak: seconds %u seed %" PRIu64 " ops %" PRIu64 " stores %" PRIu64 " loads %" PRIu64 " frees %" PRIu64
-	       " writebacks %" PRIu64 " swapoffs %" PRIu64 " injected eio=%" PRIu64 " enospc=%" PRIu64
-	       " etimedout=%" PRIu64 " delay=%" PRIu64 " flip=%" PRIu64 " pages_verified %" PRIu64
-	       " mismatches %" PRIu64 " hangs 0\n",
+	       atomic_load(&n_forks), atomic_load(&n_child_verified), atomic_load(&n_maps),
+	       atomic_load(&n_unmaps), atomic_load(&n_remaps), atomic_load(&n_discards),
+	       atomic_load(&n_violations));
+	printf("soak: seconds %u seed %" PRIu64 " ops %" PRIu64 " stores %" PRIu64 " loads %" PRIu64
+	       " frees %" PRIu64 " writebacks %" PRIu64 " swapoffs %" PRIu64 " injected eio=%" PRIu64
+	       " enospc=%" PRIu64 " etimedout=%" PRIu64 " delay=%" PRIu64 " flip=%" PRIu64
+	       " pages_verified %" PRIu64 " mismatches %" PRIu64 " hangs 0\n",
 	       opt.seconds, opt.seed, atomic_load(&progress), atomic_load(&n_stores), atomic_load(&n_loads),
-	       atomic_load(&n_frees), atomic_load(&n_writebacks), atomic_load(&n_swapoffs), faults[0], faults[1],
-	       faults[2], faults[3], faults[4], atomic_load(&n_verified), atomic_load(&n_mismatches));
+	       atomic_load(&n_frees), atomic_load(&n_writebacks), atomic_load(&n_swapoffs), faults[0],
+	       faults[1], faults[2], faults[3], faults[4], atomic_load(&n_verified),
+	       atomic_load(&n_mismatches));
 	return atomic_load(&n_mismatches) || atomic_load(&n_violations) ? 1 : 0;
 }

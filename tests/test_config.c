@@ -38,7 +38,8 @@ static void good_strings_work(void)
 			CHECK_EQ(ret, 0);
 			continue;
 		}
-		fill_page(page, PK_SAME, seed_for(i)); /* every stack above can hold a same-filled or text page */
+		fill_page(page, PK_SAME,
+			  seed_for(i)); /* every stack above can hold a same-filled or text page */
 		if (!strncmp(good[i], "zpool", 5))
 			fill_page(page, PK_TEXT, seed_for(i));
 		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
@@ -70,40 +71,40 @@ struct bad {
 static void bad_strings_are_refused(void)
 {
 	static const struct bad bad[] = {
-		{ "bogus", "\"bogus\"" },
-		{ "same,bogus:x", "\"bogus\"" },
-		{ "same,", "comma" },
-		{ ",same", "empty tier" },
-		{ "same,,zpool", "empty tier" },
-		{ "zpool:lz5", "\"lz5\"" },
-		{ "zpool:max=abc", "\"abc\"" },
-		{ "zpool:max=1K", "\"1K\"" },
-		{ "zpool:max=", "max" },
-		{ "zpool:max=12Q", "\"12Q\"" },
-		{ "zpool:zstd=25", "\"25\"" },
-		{ "zpool:zstd:level=0", "\"0\"" },
-		{ "zpool:level=3", "level" },
-		{ "zpool:reject=5%", "\"5%\"" },
-		{ "zpool:reject=90", "\"90\"" },
-		{ "zpool:lz4:colour=blue", "\"colour\"" },
-		{ "same:foo", "foo" },
-		{ "file:size=banana", "banana" },
-		{ "file:/proc/no/such/dir/x.swap", "/proc/no/such/dir/x.swap" },
-		{ "same,same,same,same,same,same,same,same", "at most" },
-		{ "fault(zpool", "not closed" },
-		{ "same,zpool)", "closes no" },
-		{ "fault:eio=1%", "parentheses" },
-		{ "fault()", "parentheses" },
-		{ "same(zpool)", "wraps no" },
-		{ "fault(zpool):eio=101%", "\"101%\"" },
-		{ "fault(zpool):eio=0.00001%", "\"0.00001%\"" },
-		{ "fault(zpool):colour=1", "\"colour\"" },
-		{ "fault(same):flip=1%", "checksum" },
-		{ "fault(same,zpool)", "more than one tier" },
-		{ "fault(zpool)eio=1", "':' expected" },
-		{ "fault(zpool):eio=60%:enospc=50%", "exceed" },
-		{ "fault(zpool):seed=x", "\"x\"" },
-		{ "fault(zpool:lz5)", "\"lz5\"" },
+		{"bogus", "\"bogus\""},
+		{"same,bogus:x", "\"bogus\""},
+		{"same,", "comma"},
+		{",same", "empty tier"},
+		{"same,,zpool", "empty tier"},
+		{"zpool:lz5", "\"lz5\""},
+		{"zpool:max=abc", "\"abc\""},
+		{"zpool:max=1K", "\"1K\""},
+		{"zpool:max=", "max"},
+		{"zpool:max=12Q", "\"12Q\""},
+		{"zpool:zstd=25", "\"25\""},
+		{"zpool:zstd:level=0", "\"0\""},
+		{"zpool:level=3", "level"},
+		{"zpool:reject=5%", "\"5%\""},
+		{"zpool:reject=90", "\"90\""},
+		{"zpool:lz4:colour=blue", "\"colour\""},
+		{"same:foo", "foo"},
+		{"file:size=banana", "banana"},
+		{"file:/proc/no/such/dir/x.swap", "/proc/no/such/dir/x.swap"},
+		{"same,same,same,same,same,same,same,same", "at most"},
+		{"fault(zpool", "not closed"},
+		{"same,zpool)", "closes no"},
+		{"fault:eio=1%", "parentheses"},
+		{"fault()", "parentheses"},
+		{"same(zpool)", "wraps no"},
+		{"fault(zpool):eio=101%", "\"101%\""},
+		{"fault(zpool):eio=0.00001%", "\"0.00001%\""},
+		{"fault(zpool):colour=1", "\"colour\""},
+		{"fault(same):flip=1%", "checksum"},
+		{"fault(same,zpool)", "more than one tier"},
+		{"fault(zpool)eio=1", "':' expected"},
+		{"fault(zpool):eio=60%:enospc=50%", "exceed"},
+		{"fault(zpool):seed=x", "\"x\""},
+		{"fault(zpool:lz5)", "\"lz5\""},
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -117,7 +118,8 @@ static void bad_strings_are_refused(void)
 
 		CHECK_EQ(cret, ret);
 		if (strcmp(checked, uswap_errmsg())) {
-			fprintf(stderr, "\"%s\": checked \"%s\", built \"%s\"\n", bad[i].spec, checked, uswap_errmsg());
+			fprintf(stderr, "\"%s\": checked \"%s\", built \"%s\"\n", bad[i].spec, checked,
+				uswap_errmsg());
 			CHECK(!strcmp(checked, uswap_errmsg()));
 		}
 
@@ -128,13 +130,13 @@ static void bad_strings_are_refused(void)
 		CHECK(ret == -EINVAL || ret == -ENOENT || ret == -EACCES);
 		CHECK(u == NULL);
 		if (!strstr(uswap_errmsg(), bad[i].names)) {
-			fprintf(stderr, "\"%s\": message \"%s\" does not name \"%s\"\n", bad[i].spec, uswap_errmsg(),
-				bad[i].names);
+			fprintf(stderr, "\"%s\": message \"%s\" does not name \"%s\"\n", bad[i].spec,
+				uswap_errmsg(), bad[i].names);
 			CHECK(strstr(uswap_errmsg(), bad[i].names));
 		}
 	}
 	/* empty is not an error (default stack), but bad options are */
-	struct uswap_options o = { .tiers = "zpool", .max_pages = 1 };
+	struct uswap_options o = {.tiers = "zpool", .max_pages = 1};
 	struct uswap *u = NULL;
 	int ret = uswap_create_opts(&u, &o);
 	if (!ret)
@@ -200,11 +202,11 @@ static void sizes(void)
 		const char *s;
 		uint64_t bytes;
 	} good[] = {
-		{ "4096", 4096 }, { "64K", 65536 }, { "64k", 65536 }, { "256M", 256ull << 20 },
-		{ "8G", 8ull << 30 }, { "1T", 1ull << 40 }, { "0", 0 },
+		{"4096", 4096},     {"64K", 65536},     {"64k", 65536}, {"256M", 256ull << 20},
+		{"8G", 8ull << 30}, {"1T", 1ull << 40}, {"0", 0},
 	};
-	static const char *bad[] = { "", "K", "-1", "12Q", "1.5G", "4096 ", " 4096", "99999999999999999999",
-				     "20000000T" };
+	static const char *bad[] = {
+		"", "K", "-1", "12Q", "1.5G", "4096 ", " 4096", "99999999999999999999", "20000000T"};
 	uint64_t b;
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {

@@ -44,8 +44,8 @@ static struct uswap_tier_stats tier_stats(struct uswap *u, unsigned t)
 
 static void roundtrip_kinds_and_folios(void)
 {
-	static const size_t folios[] = { 1, 4, 16, 512 };
-	static const char *names[] = { "zero", "same", "text", "random", "mixed" };
+	static const size_t folios[] = {1, 4, 16, 512};
+	static const char *names[] = {"zero", "same", "text", "random", "mixed"};
 	struct uswap *u = open_layer(ALL_KINDS, true);
 	unsigned char *src = pages_alloc(512), *dst = pages_alloc(512);
 
@@ -60,7 +60,8 @@ static void roundtrip_kinds_and_folios(void)
 			fill_pages(src, n, (enum page_kind)kind, seed_for((uint64_t)kind * 1000 + f));
 			ret = uswap_store(u, src, n, &id);
 			if (ret) {
-				fprintf(stderr, "store %s x%zu: %d %s\n", names[kind], n, ret, uswap_errmsg());
+				fprintf(stderr, "store %s x%zu: %d %s\n", names[kind], n, ret,
+					uswap_errmsg());
 				CHECK_EQ(ret, 0);
 				continue;
 			}

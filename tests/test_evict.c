@@ -80,7 +80,7 @@ enum { STORES = 10000 };
 
 static void burst(const char *spec)
 {
-	struct uswap_options o = { .tiers = spec, .no_background = 1 };
+	struct uswap_options o = {.tiers = spec, .no_background = 1};
 	struct uswap *u = NULL;
 	unsigned char *src = aligned_alloc(4096, 16 * 4096), *dst = aligned_alloc(4096, 16 * 4096);
 	static uswap_id_t ids[STORES];
@@ -163,7 +163,7 @@ static void full_stack(void)
 /* Writeback is reclaim work too: the pool's coldest pages move down without allocating. */
 static void writeback_allocates_nothing(void)
 {
-	struct uswap_options o = { .tiers = "same,zpool:lz4,file:size=256M", .no_background = 1 };
+	struct uswap_options o = {.tiers = "same,zpool:lz4,file:size=256M", .no_background = 1};
 	struct uswap *u = NULL;
 	unsigned char *pages = aligned_alloc(4096, 16 * 4096), *dst = aligned_alloc(4096, 16 * 4096);
 	static uswap_id_t ids[1000];

@@ -821,7 +821,10 @@ static void test_file_staged_plain(void)
 	}
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t f = 0; f < NF; f++) {
-			fill_pages(a, np[f], f >= NF - 20 ? PK_RANDOM : f % 2 ? PK_RANDOM : PK_TEXT,
+			fill_pages(a, np[f],
+				   f >= NF - 20 ? PK_RANDOM
+				   : f % 2      ? PK_RANDOM
+						: PK_TEXT,
 				   seed_for(f >= NF - 20 ? f + 7000 : f));
 			CHECK_EQ(uswap_load(u, ids[f], b, np[f]), 0);
 			CHECK_MEM(a, b, np[f] * PS);
@@ -860,7 +863,8 @@ static void test_file_staged_plain(void)
 CHECK_MAIN(T(test_file_roundtrip_folios), T(test_file_full_refuses), T(test_file_bad_spec),
 	   T(test_file_writeback_and_swapoff), T(test_file_named_mode_and_corruption), T(test_file_threads),
 	   T(test_file_injected_eio), T(test_file_every_folio_size), T(test_file_writeback_stays_compressed),
-	   T(test_file_writeback_corruption_detected), T(test_file_load_vec), T(test_file_writeback_under_pressure),
-	   T(test_file_swapoff_while_loading), T(test_file_swapoff_plain_two_movers), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
+	   T(test_file_writeback_corruption_detected), T(test_file_load_vec),
+	   T(test_file_writeback_under_pressure), T(test_file_swapoff_while_loading),
+	   T(test_file_swapoff_plain_two_movers), T(test_file_eio_while_moving), T(test_file_punch_in_bulk),
 	   T(test_file_nothing_left_after_destroy), T(test_file_churn_fragmentation),
 	   T(test_file_staged_plain))

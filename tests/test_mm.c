@@ -43,7 +43,8 @@ static struct uswap_mm *mm_new_opts(const struct uswap_mm_options *o)
 
 static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
 {
-	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus};
+	struct uswap_mm_options o = {
+		.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus};
 
 	return mm_new_opts(&o);
 }
@@ -51,7 +52,10 @@ static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t fo
 /* An instance whose program reports its discards (as under uswap run): reclaim demotes in batches. */
 static struct uswap_mm *mm_new_batched(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
 {
-	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus,
+	struct uswap_mm_options o = {.limit_bytes = limit,
+				     .tiers = tiers,
+				     .folio_bytes = folio,
+				     .sigbus_mode = sigbus,
 				     .discards_reported = 1};
 
 	return mm_new_opts(&o);
@@ -176,8 +180,8 @@ static void test_mm_sparse_huge(void)
 		sums[i] = put_page(p + (i * 2654435761ul % (len / PS)) * PS, i, 1);
 	uswap_mm_stats(m, &st);
 	if (st.resident_bytes > st.limit_bytes + 2 * MiB)
-		fprintf(stderr, "[%s] resident %llu of %llu\n", check_test, (unsigned long long)st.resident_bytes,
-			(unsigned long long)st.limit_bytes);
+		fprintf(stderr, "[%s] resident %llu of %llu\n", check_test,
+			(unsigned long long)st.resident_bytes, (unsigned long long)st.limit_bytes);
 	CHECK(st.resident_bytes <= st.limit_bytes + 2 * MiB);
 	CHECK(st.evictions > 0);
 	for (size_t i = 0; i < n; i++)
@@ -212,7 +216,8 @@ static void test_mm_first_touch_sparse(void)
 	for (size_t i = 0; i < n; i++)
 		mapped += vec[i] & 1;
 	if (mapped > 2 * (n / gap))
-		fprintf(stderr, "[%s] %zu pages mapped for %zu sparse touches\n", check_test, mapped, n / gap);
+		fprintf(stderr, "[%s] %zu pages mapped for %zu sparse touches\n", check_test, mapped,
+			n / gap);
 	CHECK(mapped >= n / gap && mapped <= 2 * (n / gap));
 	for (size_t i = 0; i < n; i++)
 		CHECK_EQ(p[i * PS + 5], i % gap ? 0 : (unsigned char)(i / gap + 1));
@@ -273,7 +278,8 @@ static void settle_budget(struct uswap_mm *m, uint64_t budget, struct uswap_mm_s
 	}
 	if (st->resident_bytes + *mem > budget)
 		fprintf(stderr, "[%s] resident %llu + pool %llu over %llu\n", check_test,
-			(unsigned long long)st->resident_bytes, (unsigned long long)*mem, (unsigned long long)budget);
+			(unsigned long long)st->resident_bytes, (unsigned long long)*mem,
+			(unsigned long long)budget);
 	CHECK(st->resident_bytes + *mem <= budget);
 }
 
@@ -281,8 +287,8 @@ static void test_mm_pool_in_limit(void)
 {
 	const uint64_t budget = 16 * MiB;
 	const size_t n = 12288; /* 48 MiB */
-	struct uswap_mm_options o = {.limit_bytes = budget, .tiers = "same,zpool:lz4:max=4M,file:size=256M",
-				     .pool_in_limit = 1};
+	struct uswap_mm_options o = {
+		.limit_bytes = budget, .tiers = "same,zpool:lz4:max=4M,file:size=256M", .pool_in_limit = 1};
 	struct uswap_mm_stats st;
 	struct uswap_mm *m = NULL;
 	uint32_t *sums = calloc(n, sizeof(*sums));
@@ -338,8 +344,10 @@ static void test_mm_pool_share(void)
 {
 	const uint64_t budget = 16 * MiB;
 	const size_t n = 10240, nt = 5120; /* 40 MiB: 20 MiB of pages a quarter text, then 20 of random */
-	struct uswap_mm_options o = {.limit_bytes = budget, .tiers = "same,zpool:lz4:max=8M,file:size=256M",
-				     .pool_in_limit = 1, .discards_reported = 1};
+	struct uswap_mm_options o = {.limit_bytes = budget,
+				     .tiers = "same,zpool:lz4:max=8M,file:size=256M",
+				     .pool_in_limit = 1,
+				     .discards_reported = 1};
 	struct uswap_mm_stats st;
 	struct uswap_mm *m = mm_new_opts(&o);
 	uint32_t *sums = calloc(n, sizeof(*sums));
@@ -1018,7 +1026,8 @@ out:
 	check_mm_destroy(m);
 }
 
-CHECK_MAIN(T(test_mm_basic), T(test_mm_signals_blocked), T(test_mm_cpu_affinity), T(test_mm_first_touch_sparse), T(test_mm_sparse_huge),
-	   T(test_mm_pool_in_limit), T(test_mm_pool_share), T(test_mm_threads_4x_limit), T(test_mm_batched_threads), T(test_mm_discard), T(test_mm_folio_sweep),
-	   T(test_mm_sequential_readahead), T(test_mm_sigbus_threads), T(test_mm_sigbus_syscalls),
-	   T(test_mm_sigbus_foreign), T(test_mm_validate_catches))
+CHECK_MAIN(T(test_mm_basic), T(test_mm_signals_blocked), T(test_mm_cpu_affinity),
+	   T(test_mm_first_touch_sparse), T(test_mm_sparse_huge), T(test_mm_pool_in_limit),
+	   T(test_mm_pool_share), T(test_mm_threads_4x_limit), T(test_mm_batched_threads), T(test_mm_discard),
+	   T(test_mm_folio_sweep), T(test_mm_sequential_readahead), T(test_mm_sigbus_threads),
+	   T(test_mm_sigbus_syscalls), T(test_mm_sigbus_foreign), T(test_mm_validate_catches))

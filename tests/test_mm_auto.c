@@ -13,13 +13,14 @@
 #include "util/csum.h"
 #include "uswap.h"
 
-#define PS  4096ul
-#define MiB (1024ul * 1024)
+#define PS    4096ul
+#define MiB   (1024ul * 1024)
 #define TIERS "same,zpool:lz4:max=64M,file:size=256M"
 
 static struct uswap_mm *auto_new(uint64_t ceiling, uint64_t floor)
 {
-	struct uswap_mm_options o = {.limit_bytes = ceiling, .tiers = TIERS, .limit_auto = 1, .auto_min_bytes = floor};
+	struct uswap_mm_options o = {
+		.limit_bytes = ceiling, .tiers = TIERS, .limit_auto = 1, .auto_min_bytes = floor};
 	struct uswap_mm *m = NULL;
 	int ret = uswap_mm_create(&m, &o);
 
@@ -123,7 +124,8 @@ static void test_auto_rises(void)
 			p[i * PS + 8]++, p[i * PS + 8]--;
 	uswap_mm_stats(m, &st);
 	if (st.budget_bytes < 32 * MiB)
-		fprintf(stderr, "limit %llu MiB, waited %llu ms\n", (unsigned long long)(st.budget_bytes / MiB),
+		fprintf(stderr, "limit %llu MiB, waited %llu ms\n",
+			(unsigned long long)(st.budget_bytes / MiB),
 			(unsigned long long)(st.stall_ns / 1000000));
 	CHECK(st.budget_bytes >= 32 * MiB);
 	CHECK(st.budget_bytes <= 96 * MiB);
@@ -209,16 +211,16 @@ static void test_parse_limit(void)
 		unsigned auto_on, ppm;
 		uint64_t min;
 	} good[] = {
-		{ "512M", 512 * MiB, 0, 0, 0 },
-		{ "auto", 0, 1, 0, 0 },
-		{ "auto:stall=0.5%", 0, 1, 5000, 0 },
-		{ "auto:min=64M:max=2G", 2048 * MiB, 1, 0, 64 * MiB },
-		{ "2G:auto", 2048 * MiB, 1, 0, 0 },
-		{ "2G:auto:stall=2%:min=32M", 2048 * MiB, 1, 20000, 32 * MiB },
-		{ "2G:auto:max=1G", 1024 * MiB, 1, 0, 0 },
+		{"512M", 512 * MiB, 0, 0, 0},
+		{"auto", 0, 1, 0, 0},
+		{"auto:stall=0.5%", 0, 1, 5000, 0},
+		{"auto:min=64M:max=2G", 2048 * MiB, 1, 0, 64 * MiB},
+		{"2G:auto", 2048 * MiB, 1, 0, 0},
+		{"2G:auto:stall=2%:min=32M", 2048 * MiB, 1, 20000, 32 * MiB},
+		{"2G:auto:max=1G", 1024 * MiB, 1, 0, 0},
 	};
-	static const char *bad[] = { "", "auto:stall=90%", "auto:stall=1", "512M:min=4M", "banana", "auto:auto",
-				     "1G:auto:min=2G", "auto:max=", "512M:512M" };
+	static const char *bad[] = {"",          "auto:stall=90%", "auto:stall=1", "512M:min=4M", "banana",
+				    "auto:auto", "1G:auto:min=2G", "auto:max=",    "512M:512M"};
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		struct uswap_mm_options o = {0};

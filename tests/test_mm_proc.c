@@ -33,8 +33,8 @@ static unsigned sigbus_mode;
 
 static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
 {
-	struct uswap_mm_options o = {.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio,
-				     .sigbus_mode = sigbus_mode};
+	struct uswap_mm_options o = {
+		.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus_mode};
 	struct uswap_mm *m = NULL;
 	int ret = uswap_mm_create(&m, &o);
 
@@ -629,8 +629,12 @@ static void test_mm_madvise_storm(void)
 	for (size_t i = 0; i < n; i++)
 		sums[i] = put_page(p + i * PS, i, 0);
 	for (size_t k = 0; k < nw; k++) {
-		w[k] = (struct storm){.base = p, .first = k * n / nw, .end = (k + 1) * n / nw, .sums = sums,
-				      .seed = seed_for(k + 77), .ops = 40000};
+		w[k] = (struct storm){.base = p,
+				      .first = k * n / nw,
+				      .end = (k + 1) * n / nw,
+				      .sums = sums,
+				      .seed = seed_for(k + 77),
+				      .ops = 40000};
 		pthread_create(&w[k].th, NULL, storm_main, &w[k]);
 	}
 	for (int waited = 0; waited < 600; waited++) {
@@ -645,7 +649,8 @@ static void test_mm_madvise_storm(void)
 	for (size_t k = 0; k < nw; k++)
 		finished = finished && atomic_load(&w[k].done);
 	if (!finished) {
-		fprintf(stderr, "[%s] the threads did not finish in 600 s: a fault or a move never returned\n",
+		fprintf(stderr,
+			"[%s] the threads did not finish in 600 s: a fault or a move never returned\n",
 			check_test);
 		CHECK(0);
 		fflush(NULL);
@@ -797,8 +802,8 @@ static void test_mm_mprotect(void)
 	}
 	/* Decommit [0, 512) with mprotect (the pages stay), [512, 1024) with a new mapping. */
 	CHECK_EQ(mprotect(p, 512 * PS, PROT_NONE), 0);
-	CHECK(mmap(p + 512 * PS, 512 * PS, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
-		   0) == p + 512 * PS);
+	CHECK(mmap(p + 512 * PS, 512 * PS, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+		   -1, 0) == p + 512 * PS);
 	/* After the sync, the mapping's UNMAP event is applied: the old range is cut from the table. */
 	CHECK_EQ(uswap_mm_sync(m), 0);
 	struct uswap_mm_stats st;
@@ -888,7 +893,8 @@ static void test_mm_load_fails(void)
 				uswap_mm_shrink(m, 0);
 			CHECK_EQ(st.resident_bytes, 0);
 			/* an error that passes: the load is tried again, and the page comes in intact */
-			CHECK_EQ(backend_inject(testhook_tier(uswap_mm_swap(m), 1), false, 1, -EIO, false), 0);
+			CHECK_EQ(backend_inject(testhook_tier(uswap_mm_swap(m), 1), false, 1, -EIO, false),
+				 0);
 			CHECK_EQ(read_or_sigbus(p + (hit + folio) * PS + 100, &c), 0);
 			CHECK_EQ(csum_buf(p + (hit + folio) * PS, PS), sums[hit + folio]);
 			uswap_mm_stats(m, &st);

@@ -32,8 +32,9 @@ static char *spec_tls(char *buf, size_t len, const struct rserver *s, const char
 static int cli(const struct rserver *s, const char *const *cmd)
 {
 	char port[16], ca[64], cert[64], key[64];
-	const char *argv[32] = {"/usr/bin/redis-cli", "--tls", "--cacert", ca, "--cert", cert, "--key", key,
-				"-h", "127.0.0.1", "-p", port};
+	const char *argv[32] = {
+		"/usr/bin/redis-cli", "--tls", "--cacert", ca, "--cert", cert, "--key", key, "-h",
+		"127.0.0.1",          "-p",    port};
 	int argc = 12;
 
 	snprintf(port, sizeof(port), "%d", s->port);
@@ -77,7 +78,7 @@ static void test_tls_roundtrip_and_reconnect(void)
 	if (!u)
 		return;
 	roundtrip(u, 10);
-	CHECK_EQ(cli(&srv, alive), 0); /* the lease thread wrote it over a TLS connection of its own */
+	CHECK_EQ(cli(&srv, alive), 0);        /* the lease thread wrote it over a TLS connection of its own */
 	CHECK_EQ(cli(&srv, kill_clients), 0); /* every connection of the tier, the lease thread's too */
 	roundtrip(u, 20);                     /* a stale connection: reconnected through TLS */
 	check_destroy(u);
@@ -138,7 +139,7 @@ static void test_tls_acl_user(void)
 	setenv("USWAP_TEST_PW", "wonderland", 1);
 	setenv("USWAP_TEST_BAD", "looking-glass", 1);
 	CHECK_EQ(uswap_create(&u, spec_tls(spec, sizeof(spec), &srv, "ca.crt",
-					    ":user=alice:password-env=USWAP_TEST_PW:prefix=acl")),
+					   ":user=alice:password-env=USWAP_TEST_PW:prefix=acl")),
 		 0);
 	if (u) {
 		roundtrip(u, 40);
@@ -146,11 +147,11 @@ static void test_tls_acl_user(void)
 	}
 	u = NULL;
 	CHECK_EQ(uswap_create(&u, spec_tls(spec, sizeof(spec), &srv, "ca.crt",
-					    ":user=alice:password-env=USWAP_TEST_BAD")),
+					   ":user=alice:password-env=USWAP_TEST_BAD")),
 		 -EPERM);
 	CHECK(strstr(uswap_errmsg(), "refused authentication of user alice") != NULL);
 	CHECK_EQ(uswap_create(&u, spec_tls(spec, sizeof(spec), &srv, "ca.crt",
-					    ":user=bob:password-env=USWAP_TEST_PW")),
+					   ":user=bob:password-env=USWAP_TEST_PW")),
 		 -EPERM);
 	CHECK_EQ(uswap_create(&u, spec_tls(spec, sizeof(spec), &srv, "ca.crt", ":user=alice")), -EINVAL);
 	CHECK(strstr(uswap_errmsg(), "needs password-env=") != NULL);
@@ -172,8 +173,8 @@ static void test_tls_mutual(void)
 	CHECK(uswap_create(&u, spec_tls(spec, sizeof(spec), &s, "ca.crt", "")) < 0);
 	CHECK(strstr(uswap_errmsg(), "client certificate") != NULL);
 	printf("  no client certificate: %s\n", uswap_errmsg());
-	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:cacert=%s/ca.crt:cert=%s/c.crt:key=%s/c.key", s.port,
-		 certs, certs, certs);
+	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:cacert=%s/ca.crt:cert=%s/c.crt:key=%s/c.key",
+		 s.port, certs, certs, certs);
 	u = NULL;
 	CHECK_EQ(uswap_create(&u, spec), 0);
 	if (u) {
@@ -212,13 +213,20 @@ out:
 /* A cluster of three TLS-only masters: nodes learnt from CLUSTER SLOTS are reached over TLS too. */
 static void test_tls_cluster(void)
 {
-	static const char *const extra[] = {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-					    "--tls-cluster", "yes", "--cluster-node-timeout", "1000", NULL};
+	static const char *const extra[] = {"--cluster-enabled",
+					    "yes",
+					    "--cluster-config-file",
+					    "nodes.conf",
+					    "--tls-cluster",
+					    "yes",
+					    "--cluster-node-timeout",
+					    "1000",
+					    NULL};
 	struct rserver n[3];
 	struct uswap *u = NULL;
 	char addr[3][32], ca[64], cert[64], key[64], spec[128];
 	const char *argv[20] = {"/usr/bin/redis-cli", "--tls", "--cacert", ca, "--cert", cert, "--key", key,
-				"--cluster", "create"};
+				"--cluster",          "create"};
 	int argc = 10, started = 0;
 
 	snprintf(ca, sizeof(ca), "%s/ca.crt", certs);

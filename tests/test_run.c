@@ -59,7 +59,8 @@ static int run(char *const argv[], const char *out, const char *err)
 	setpgid(pid, pid);
 	for (int waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited++) {
 		if (waited == RUN_TIMEOUT_S * 10) {
-			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0], RUN_TIMEOUT_S);
+			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0],
+				RUN_TIMEOUT_S);
 			kill(-pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			break;
@@ -76,7 +77,8 @@ static int run_as(uid_t uid, char *const argv[], const char *out, const char *er
 	int st = -1;
 
 	if (pid == 0) {
-		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+		    efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 
 		dup2(fd, 1);
 		dup2(efd, 2);
@@ -206,7 +208,8 @@ static void check_evicted_over(long long pages)
 	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
 	char *js = slurp(stats, &ls);
 	if (json_num(js, "evicted_pages") <= pages)
-		fprintf(stderr, "[%s] the program's heap was not swapped: %s\n", check_test, js ? js : "(no stats)");
+		fprintf(stderr, "[%s] the program's heap was not swapped: %s\n", check_test,
+			js ? js : "(no stats)");
 	CHECK(json_num(js, "evicted_pages") > pages);
 	free(js);
 }
@@ -237,7 +240,7 @@ static void python_dict(void)
 			   "for k in range(n):\n"
 			   "    h.update(d[k].encode())\n"
 			   "print(len(d), h.hexdigest())\n");
-	char *cmd[] = { "/usr/bin/python3", script, "1000000", NULL };
+	char *cmd[] = {"/usr/bin/python3", script, "1000000", NULL};
 	same_output("48M", cmd, true);
 }
 
@@ -266,8 +269,9 @@ static void auto_limit(void)
 			   "for c in cold:\n"
 			   "    h.update(c)\n"
 			   "print(len(cold), h.hexdigest())\n");
-	char *plain[] = { "/usr/bin/python3", script, NULL };
-	char *under[] = { uswap_bin, "run", "--limit", "auto:min=16M", "--stats-json", stats, "--", "/usr/bin/python3", script, NULL };
+	char *plain[] = {"/usr/bin/python3", script, NULL};
+	char *under[] = {uswap_bin, "run", "--limit",          "auto:min=16M", "--stats-json",
+			 stats,     "--",  "/usr/bin/python3", script,         NULL};
 	unlink(stats);
 	CHECK_EQ(run(plain, plain_out, NULL), 0);
 	CHECK_EQ(run(under, under_out, NULL), 0);
@@ -290,8 +294,8 @@ static void auto_limit(void)
 			lowest = v;
 	}
 	if (!(peak > 100ll << 20 && lowest < peak - peak / 50 && samples >= 5))
-		fprintf(stderr, "[%s] peak %lld lowest limit %lld samples %zu: %s\n", check_test, peak, lowest,
-			samples, js ? js : "(no stats)");
+		fprintf(stderr, "[%s] peak %lld lowest limit %lld samples %zu: %s\n", check_test, peak,
+			lowest, samples, js ? js : "(no stats)");
 	CHECK(peak > 100ll << 20); /* the program's heap was managed */
 	CHECK(lowest < peak - peak / 50);
 	CHECK(samples >= 5);
@@ -316,9 +320,10 @@ static void sort_file(void)
 	if (!f)
 		return;
 	for (unsigned i = 0; i < 600000; i++)
-		fprintf(f, "%08u line %u %s\n", (unsigned)(seed_for(i) % 100000000u), i, i % 3 ? "abc" : "xyzzy");
+		fprintf(f, "%08u line %u %s\n", (unsigned)(seed_for(i) % 100000000u), i,
+			i % 3 ? "abc" : "xyzzy");
 	fclose(f);
-	char *cmd[] = { "/usr/bin/sort", "-S", "300M", "--parallel=2", in, NULL };
+	char *cmd[] = {"/usr/bin/sort", "-S", "300M", "--parallel=2", in, NULL};
 	same_output("12M", cmd, true);
 }
 
@@ -341,15 +346,18 @@ static void awk_under_shell(void)
 	for (size_t i = 0; i < n; i++)
 		fprintf(f, "%u\n", (unsigned)(seed_for(i) % 1000000000u));
 	fclose(f);
-	snprintf(prog, sizeof(prog), "awk '{a[NR]=$1} END{s=0; for(i in a) s+=a[i]; printf \"%%d %%.0f\\n\", length(a), s}' %s", in);
-	char *cmd[] = { "/bin/sh", "-c", prog, NULL };
+	snprintf(prog, sizeof(prog),
+		 "awk '{a[NR]=$1} END{s=0; for(i in a) s+=a[i]; printf \"%%d %%.0f\\n\", length(a), s}' %s",
+		 in);
+	char *cmd[] = {"/bin/sh", "-c", prog, NULL};
 	same_output("12M", cmd, false);
 
 	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
 	char *js = slurp(stats, &ls), *awk = js ? strstr(js, "\"descendants\":[") : NULL;
 	awk = awk ? strstr(awk, "\"comm\":\"awk\"") : NULL;
 	if (!awk)
-		fprintf(stderr, "[%s] no awk among the descendants: %s\n", check_test, js ? js : "(no stats)");
+		fprintf(stderr, "[%s] no awk among the descendants: %s\n", check_test,
+			js ? js : "(no stats)");
 	CHECK(awk != NULL);
 	if (awk) {
 		CHECK(json_num(awk, "evicted_pages") > 0);
@@ -371,52 +379,54 @@ static void reserved_heap(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/reserve.py", tmpdir);
-	write_file(script,
-		   "import ctypes, hashlib, sys\n"
-		   "libc = ctypes.CDLL(None, use_errno=True)\n"
-		   "libc.mmap.restype = ctypes.c_void_p\n"
-		   "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
-		   "libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
-		   "libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
-		   "NONE, RW, ANON, FIXED, DONTNEED = 0, 3, 0x02 | 0x20 | 0x4000, 0x10, 4\n"
-		   "PAGE, CHUNK = 4096, 256 * 1024\n"
-		   "size = int(sys.argv[1]) << 20\n"
-		   "base = libc.mmap(None, size, NONE, ANON, -1, 0)\n"
-		   "assert base not in (None, ctypes.c_void_p(-1).value)\n"
-		   "view = (ctypes.c_char * size).from_address(base)\n"
-		   "def fill(off, n, tag):\n"
-		   "    for p in range(off, off + n, PAGE):\n"
-		   "        view[p:p + PAGE] = hashlib.sha256(b'%d-%d' % (p, tag)).digest() * 64 + bytes(2048)\n"
-		   "for off in range(0, size, CHUNK):\n"
-		   "    assert libc.mprotect(base + off, CHUNK, RW) == 0\n"
-		   "    fill(off, CHUNK, 1)\n"
-		   "q = size // 8\n"
-		   "assert libc.mprotect(base, q, NONE) == 0\n"
-		   "libc.madvise(base, q, DONTNEED)\n"
-		   "assert libc.mmap(base + q, q, NONE, ANON | FIXED, -1, 0) == base + q\n"
-		   "h = hashlib.sha256()\n"
-		   "for rnd in range(2):\n"
-		   "    for off in range(2 * q, size, PAGE * 7):\n"
-		   "        h.update(view[off:off + 64])\n"
-		   "assert libc.mprotect(base, 2 * q, RW) == 0\n"
-		   "assert view[0:PAGE] == bytes(PAGE) and view[q:q + PAGE] == bytes(PAGE)\n"
-		   "fill(0, 2 * q, 2)\n"
-		   "for off in range(0, size, PAGE):\n"
-		   "    h.update(view[off:off + PAGE])\n"
-		   "print(size >> 20, h.hexdigest())\n");
-	char *cmd[] = { "/usr/bin/python3", script, "64", NULL };
+	write_file(
+		script,
+		"import ctypes, hashlib, sys\n"
+		"libc = ctypes.CDLL(None, use_errno=True)\n"
+		"libc.mmap.restype = ctypes.c_void_p\n"
+		"libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, "
+		"ctypes.c_int, ctypes.c_long]\n"
+		"libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+		"libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+		"NONE, RW, ANON, FIXED, DONTNEED = 0, 3, 0x02 | 0x20 | 0x4000, 0x10, 4\n"
+		"PAGE, CHUNK = 4096, 256 * 1024\n"
+		"size = int(sys.argv[1]) << 20\n"
+		"base = libc.mmap(None, size, NONE, ANON, -1, 0)\n"
+		"assert base not in (None, ctypes.c_void_p(-1).value)\n"
+		"view = (ctypes.c_char * size).from_address(base)\n"
+		"def fill(off, n, tag):\n"
+		"    for p in range(off, off + n, PAGE):\n"
+		"        view[p:p + PAGE] = hashlib.sha256(b'%d-%d' % (p, tag)).digest() * 64 + bytes(2048)\n"
+		"for off in range(0, size, CHUNK):\n"
+		"    assert libc.mprotect(base + off, CHUNK, RW) == 0\n"
+		"    fill(off, CHUNK, 1)\n"
+		"q = size // 8\n"
+		"assert libc.mprotect(base, q, NONE) == 0\n"
+		"libc.madvise(base, q, DONTNEED)\n"
+		"assert libc.mmap(base + q, q, NONE, ANON | FIXED, -1, 0) == base + q\n"
+		"h = hashlib.sha256()\n"
+		"for rnd in range(2):\n"
+		"    for off in range(2 * q, size, PAGE * 7):\n"
+		"        h.update(view[off:off + 64])\n"
+		"assert libc.mprotect(base, 2 * q, RW) == 0\n"
+		"assert view[0:PAGE] == bytes(PAGE) and view[q:q + PAGE] == bytes(PAGE)\n"
+		"fill(0, 2 * q, 2)\n"
+		"for off in range(0, size, PAGE):\n"
+		"    h.update(view[off:off + PAGE])\n"
+		"print(size >> 20, h.hexdigest())\n");
+	char *cmd[] = {"/usr/bin/python3", script, "64", NULL};
 	same_output("16M", cmd, true);
 	check_evicted_over(8192);
 }
 
 /* Python's view of the C malloc family (which the preload library serves), for the scripts below. */
-#define PY_MALLOC                                                                                        \
-	"import ctypes, hashlib\n"                                                                      \
-	"libc = ctypes.CDLL(None)\n"                                                                    \
-	"libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p\n"                               \
-	"libc.malloc.argtypes = [ctypes.c_size_t]\n"                                                    \
-	"libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"                                 \
-	"libc.free.argtypes = [ctypes.c_void_p]\n"                                                      \
+#define PY_MALLOC                                                                                            \
+	"import ctypes, hashlib\n"                                                                           \
+	"libc = ctypes.CDLL(None)\n"                                                                         \
+	"libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p\n"                                     \
+	"libc.malloc.argtypes = [ctypes.c_size_t]\n"                                                         \
+	"libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"                                       \
+	"libc.free.argtypes = [ctypes.c_void_p]\n"                                                           \
 	"libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]\n"
 
 /*
@@ -431,11 +441,12 @@ static void freed_blocks_leave(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/freed.py", tmpdir);
-	write_file(script,
-		   PY_MALLOC "import time\n"
+	write_file(script, PY_MALLOC
+		   "import time\n"
 		   "MB = 1 << 20\n"
 		   "def rss():\n"
-		   "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) // 1024\n"
+		   "    return next(int(l.split()[1]) for l in open('/proc/self/status') if "
+		   "l.startswith('VmRSS')) // 1024\n"
 		   "def fill(p, n, tag):\n"
 		   "    ctypes.memmove(p, hashlib.sha256(b'%d' % tag).digest() * (n // 32), n)\n"
 		   "def digest(p, n):\n"
@@ -453,8 +464,9 @@ static void freed_blocks_leave(void)
 		   "    fill(p, 8 * MB, 100 + i)\n"
 		   "blocks[5] = libc.realloc(blocks[5], 12 * MB)\n"
 		   "fill(blocks[5] + 8 * MB, 4 * MB, 99)\n"
-		   "print(' '.join(digest(p, 12 * MB if i == 5 else 8 * MB)[:12] for i, p in enumerate(blocks)))\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+		   "print(' '.join(digest(p, 12 * MB if i == 5 else 8 * MB)[:12] for i, p in "
+		   "enumerate(blocks)))\n");
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("96M", cmd, true);
 }
 
@@ -468,8 +480,8 @@ static void fork_while_freeing(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/forkfree.py", tmpdir);
-	write_file(script,
-		   PY_MALLOC "import os, threading\n"
+	write_file(script, PY_MALLOC
+		   "import os, threading\n"
 		   "keep = [hashlib.sha256(b'%d' % i).digest() * 32768 for i in range(32)]\n"
 		   "want = hashlib.sha256(b''.join(keep)).hexdigest()\n"
 		   "stop = False\n"
@@ -497,7 +509,7 @@ static void fork_while_freeing(void)
 		   "stop = True\n"
 		   "[x.join() for x in th]\n"
 		   "print(bad, want == hashlib.sha256(b''.join(keep)).hexdigest())\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("24M", cmd, true);
 }
 
@@ -508,7 +520,8 @@ static void check_anon_under(const char *path, long long max_kib)
 	char *kb = slurp(path, &len);
 
 	if (!kb || atoll(kb) >= max_kib)
-		fprintf(stderr, "[%s] the process held %s KiB of anonymous memory\n", check_test, kb ? kb : "?");
+		fprintf(stderr, "[%s] the process held %s KiB of anonymous memory\n", check_test,
+			kb ? kb : "?");
 	CHECK(kb && atoll(kb) < max_kib);
 	free(kb);
 }
@@ -521,22 +534,24 @@ static void check_anon_under(const char *path, long long max_kib)
  */
 static void forked_child(const char *mode, bool managed)
 {
-	char script[300], rss[300], *opts[] = { "--fork-child", (char *)mode, NULL };
+	char script[300], rss[300], *opts[] = {"--fork-child", (char *)mode, NULL};
 
 	snprintf(script, sizeof(script), "%s/forkgrow.py", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/forkgrow.rss", tmpdir);
-	write_file(script, "import os, sys, hashlib\n"
-			   "pid = os.fork()\n"
-			   "if pid == 0:\n"
-			   "    x = [(b'%08d' % i) * 512 for i in range(300000)]\n"
-			   "    h = hashlib.sha256()\n"
-			   "    for b in x: h.update(b)\n"
-			   "    kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
-			   "    open(sys.argv[1], 'w').write(kb)\n"
-			   "    print(h.hexdigest(), flush=True)\n"
-			   "    os._exit(0)\n"
-			   "print('child', os.waitpid(pid, 0)[1])\n");
-	char *cmd[] = { "/usr/bin/python3", script, rss, NULL };
+	write_file(
+		script,
+		"import os, sys, hashlib\n"
+		"pid = os.fork()\n"
+		"if pid == 0:\n"
+		"    x = [(b'%08d' % i) * 512 for i in range(300000)]\n"
+		"    h = hashlib.sha256()\n"
+		"    for b in x: h.update(b)\n"
+		"    kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
+		"    open(sys.argv[1], 'w').write(kb)\n"
+		"    print(h.hexdigest(), flush=True)\n"
+		"    os._exit(0)\n"
+		"print('child', os.waitpid(pid, 0)[1])\n");
+	char *cmd[] = {"/usr/bin/python3", script, rss, NULL};
 	same_output_opts("64M", opts, cmd, false);
 	if (managed)
 		check_anon_under(rss, 160 << 10); /* 1.2 GB plainly */
@@ -569,7 +584,8 @@ static void locked_memory(void)
 	write_file(script, "import ctypes, hashlib, mmap, sys\n"
 			   "libc = ctypes.CDLL(None, use_errno=True)\n"
 			   "if libc.mlockall(3): raise OSError(ctypes.get_errno(), 'mlockall')\n"
-			   "def st(k): return int([l.split()[1] for l in open('/proc/self/status') if l.startswith(k)][0])\n"
+			   "def st(k): return int([l.split()[1] for l in open('/proc/self/status') if "
+			   "l.startswith(k)][0])\n"
 			   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
 			   "h = hashlib.sha256()\n"
 			   "for b in x: h.update(b)\n"
@@ -579,7 +595,7 @@ static void locked_memory(void)
 			   "more = st('VmLck') - before\n"
 			   "open(sys.argv[1], 'w').write('%d %d' % (st('RssAnon'), more))\n"
 			   "print(h.hexdigest(), more >= 64)\n");
-	char *cmd[] = { "/usr/bin/python3", script, rss, NULL };
+	char *cmd[] = {"/usr/bin/python3", script, rss, NULL};
 	same_output("48M", cmd, true);
 	check_anon_under(rss, 150 << 10); /* ~250 MB plainly, all of it locked */
 }
@@ -595,15 +611,16 @@ static void address_space_limits(void)
 
 	snprintf(script, sizeof(script), "%s/pages.py", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/pages.rss", tmpdir);
-	write_file(script, "import hashlib, sys\n"
-			   "x = [(b'%08d' % i) * 512 for i in range(75000)]\n"
-			   "h = hashlib.sha256()\n"
-			   "for b in x: h.update(b)\n"
-			   "kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
-			   "open(sys.argv[1], 'w').write(kb)\n"
-			   "print(h.hexdigest())\n");
+	write_file(script,
+		   "import hashlib, sys\n"
+		   "x = [(b'%08d' % i) * 512 for i in range(75000)]\n"
+		   "h = hashlib.sha256()\n"
+		   "for b in x: h.update(b)\n"
+		   "kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
+		   "open(sys.argv[1], 'w').write(kb)\n"
+		   "print(h.hexdigest())\n");
 	snprintf(line, sizeof(line), "ulimit -v 3000000 && exec /usr/bin/python3 %s %s", script, rss);
-	char *cmd[] = { "/bin/sh", "-c", line, NULL };
+	char *cmd[] = {"/bin/sh", "-c", line, NULL};
 	same_output("48M", cmd, true);
 	check_anon_under(rss, 150 << 10); /* 300 MB plainly */
 
@@ -637,19 +654,20 @@ static void address_space_ours(void)
 {
 	char bin[300], line[800];
 
-	if (!build_c("as448", "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
-			      "int main(void) {\n"
-			      "\tfor (int i = 0; i < 28; i++) {\n"
-			      "\t\tchar *p = malloc(16 << 20);\n"
-			      "\t\tif (!p) { printf(\"malloc failed after %d MiB\\n\", 16 * i); return 1; }\n"
-			      "\t\tmemset(p, i, 16 << 20);\n"
-			      "\t}\n"
-			      "\tputs(\"448 MiB\");\n"
-			      "\treturn 0;\n}\n",
+	if (!build_c("as448",
+		     "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n"
+		     "int main(void) {\n"
+		     "\tfor (int i = 0; i < 28; i++) {\n"
+		     "\t\tchar *p = malloc(16 << 20);\n"
+		     "\t\tif (!p) { printf(\"malloc failed after %d MiB\\n\", 16 * i); return 1; }\n"
+		     "\t\tmemset(p, i, 16 << 20);\n"
+		     "\t}\n"
+		     "\tputs(\"448 MiB\");\n"
+		     "\treturn 0;\n}\n",
 		     bin, sizeof(bin)))
 		return;
 	snprintf(line, sizeof(line), "ulimit -v 1000000 && exec %s", bin);
-	char *cmd[] = { "/bin/sh", "-c", line, NULL };
+	char *cmd[] = {"/bin/sh", "-c", line, NULL};
 	same_output("64M", cmd, true);
 }
 
@@ -665,26 +683,29 @@ static void descriptors_taken(void)
 	char script[300], line[800];
 
 	snprintf(script, sizeof(script), "%s/closeall.py", tmpdir);
-	write_file(script, "import os, hashlib\n"
-			   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
-			   "os.closerange(3, 65536)\n"
-			   "for fd in [int(f) for f in os.listdir('/proc/self/fd')]:\n"
-			   "    try:\n"
-			   "        if 'userfaultfd' in os.readlink('/proc/self/fd/%d' % fd): os.dup2(0, fd)\n"
-			   "    except OSError: pass\n"
-			   "    if fd > 2:\n"
-			   "        try: os.close(fd)\n"
-			   "        except OSError: pass\n"
-			   "h = hashlib.sha256()\n"
-			   "for b in x: h.update(b)\n"
-			   "y = [(b'%08d' % i) * 512 for i in range(30000)]\n"
-			   "print(h.hexdigest(), hashlib.sha256(b''.join(y)).hexdigest())\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	write_file(script,
+		   "import os, hashlib\n"
+		   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
+		   "os.closerange(3, 65536)\n"
+		   "for fd in [int(f) for f in os.listdir('/proc/self/fd')]:\n"
+		   "    try:\n"
+		   "        if 'userfaultfd' in os.readlink('/proc/self/fd/%d' % fd): os.dup2(0, fd)\n"
+		   "    except OSError: pass\n"
+		   "    if fd > 2:\n"
+		   "        try: os.close(fd)\n"
+		   "        except OSError: pass\n"
+		   "h = hashlib.sha256()\n"
+		   "for b in x: h.update(b)\n"
+		   "y = [(b'%08d' % i) * 512 for i in range(30000)]\n"
+		   "print(h.hexdigest(), hashlib.sha256(b''.join(y)).hexdigest())\n");
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("48M", cmd, true);
 
-	snprintf(line, sizeof(line), "a=($(seq 1 300000)); exec 6>%s/fd6 7<%s; s=0; "
-		 "for x in \"${a[@]}\"; do s=$((s+x)); done; echo $s ${#a[@]}", tmpdir, script);
-	char *sh[] = { "/bin/bash", "-c", line, NULL };
+	snprintf(line, sizeof(line),
+		 "a=($(seq 1 300000)); exec 6>%s/fd6 7<%s; s=0; "
+		 "for x in \"${a[@]}\"; do s=$((s+x)); done; echo $s ${#a[@]}",
+		 tmpdir, script);
+	char *sh[] = {"/bin/bash", "-c", line, NULL};
 	same_output("16M", sh, true);
 }
 
@@ -700,31 +721,33 @@ static void big_blocks(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/grow.py", tmpdir);
-	write_file(script, "import ctypes, hashlib\n"
-			   "libc = ctypes.CDLL(None)\n"
-			   "for f in (libc.realloc, libc.calloc, libc.malloc): f.restype = ctypes.c_void_p\n"
-			   "libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
-			   "libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]\n"
-			   "libc.malloc.argtypes = [ctypes.c_size_t]\n"
-			   "libc.free.argtypes = [ctypes.c_void_p]\n"
-			   "p, n = None, 0\n"
-			   "for i in range(2048):\n"
-			   "    p = libc.realloc(p, n + 65536)\n"
-			   "    ctypes.memmove(p + n, (b'%08d' % i) * 8192, 65536)\n"
-			   "    n += 65536\n"
-			   "print(n, hashlib.sha256(ctypes.string_at(p, n)).hexdigest())\n"
-			   "libc.free(p)\n"
-			   "bad = 0\n"
-			   "for r in range(12):\n"
-			   "    m = ((1 << 20) + r * (300 << 10) if r % 2 else (24 << 20) + r * (4 << 20)) + r * 1237\n"
-			   "    q = libc.malloc(m)\n"
-			   "    ctypes.memset(q, 0x5a, m)\n"
-			   "    libc.free(q)\n"
-			   "    z = libc.calloc(1, m - r * 100)\n"
-			   "    bad += (m - r * 100) - ctypes.string_at(z, m - r * 100).count(0)\n"
-			   "    libc.free(z)\n"
-			   "print('nonzero bytes', bad)\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	write_file(
+		script,
+		"import ctypes, hashlib\n"
+		"libc = ctypes.CDLL(None)\n"
+		"for f in (libc.realloc, libc.calloc, libc.malloc): f.restype = ctypes.c_void_p\n"
+		"libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]\n"
+		"libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]\n"
+		"libc.malloc.argtypes = [ctypes.c_size_t]\n"
+		"libc.free.argtypes = [ctypes.c_void_p]\n"
+		"p, n = None, 0\n"
+		"for i in range(2048):\n"
+		"    p = libc.realloc(p, n + 65536)\n"
+		"    ctypes.memmove(p + n, (b'%08d' % i) * 8192, 65536)\n"
+		"    n += 65536\n"
+		"print(n, hashlib.sha256(ctypes.string_at(p, n)).hexdigest())\n"
+		"libc.free(p)\n"
+		"bad = 0\n"
+		"for r in range(12):\n"
+		"    m = ((1 << 20) + r * (300 << 10) if r % 2 else (24 << 20) + r * (4 << 20)) + r * 1237\n"
+		"    q = libc.malloc(m)\n"
+		"    ctypes.memset(q, 0x5a, m)\n"
+		"    libc.free(q)\n"
+		"    z = libc.calloc(1, m - r * 100)\n"
+		"    bad += (m - r * 100) - ctypes.string_at(z, m - r * 100).count(0)\n"
+		"    libc.free(z)\n"
+		"print('nonzero bytes', bad)\n");
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("32M", cmd, true);
 }
 
@@ -743,13 +766,15 @@ static void node_map(void)
 		return;
 	}
 	snprintf(script, sizeof(script), "%s/map.js", tmpdir);
-	write_file(script, "const n = +process.argv[2];\n"
-			   "const m = new Map();\n"
-			   "for (let i = 0; i < n; i++) m.set('k' + i, { i, s: 'v' + ((i * 7919) % 100003) });\n"
-			   "let h = 0;\n"
-			   "for (let i = 0; i < n; i++) { const o = m.get('k' + i); h = (h * 31 + o.i + o.s.length) >>> 0; }\n"
-			   "console.log(m.size, h);\n");
-	char *cmd[] = { "/usr/bin/node", script, "200000", NULL };
+	write_file(script,
+		   "const n = +process.argv[2];\n"
+		   "const m = new Map();\n"
+		   "for (let i = 0; i < n; i++) m.set('k' + i, { i, s: 'v' + ((i * 7919) % 100003) });\n"
+		   "let h = 0;\n"
+		   "for (let i = 0; i < n; i++) { const o = m.get('k' + i); h = (h * 31 + o.i + o.s.length) "
+		   ">>> 0; }\n"
+		   "console.log(m.size, h);\n");
+	char *cmd[] = {"/usr/bin/node", script, "200000", NULL};
 	same_output("32M", cmd, true);
 	check_evicted_over(8192);
 }
@@ -757,11 +782,12 @@ static void node_map(void)
 /* A shell that forks (command substitution) and execs python3 and sort: children start clean. */
 static void fork_and_exec(void)
 {
-	char *cmd[] = { "/bin/sh", "-c",
-			"x=$(/usr/bin/python3 -c 'print(sum(i*i for i in range(10**6)))'); echo \"$x\"; "
-			"seq 1 200000 | sort -r | head -3; /usr/bin/python3 -c 'import os, sys; sys.stdout.flush(); p = os.fork(); "
-			"print(\"child\") if p == 0 else (os.waitpid(p, 0), print(\"parent\"))'",
-			NULL };
+	char *cmd[] = {"/bin/sh", "-c",
+		       "x=$(/usr/bin/python3 -c 'print(sum(i*i for i in range(10**6)))'); echo \"$x\"; "
+		       "seq 1 200000 | sort -r | head -3; /usr/bin/python3 -c 'import os, sys; "
+		       "sys.stdout.flush(); p = os.fork(); "
+		       "print(\"child\") if p == 0 else (os.waitpid(p, 0), print(\"parent\"))'",
+		       NULL};
 	same_output("32M", cmd, false);
 }
 
@@ -780,7 +806,7 @@ static void threads(void)
 			   "[x.start() for x in th]\n"
 			   "[x.join() for x in th]\n"
 			   "print(out)\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("32M", cmd, false);
 }
 
@@ -794,39 +820,41 @@ static void blocked_signals(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/signals.py", tmpdir);
-	write_file(script, "import ctypes, hashlib, os, select, signal, struct, threading\n"
-			   "x = bytearray(48 << 20)\n"
-			   "for i in range(0, len(x), 4096): x[i] = 1 + i % 251\n"
-			   "signal.signal(signal.SIGUSR1, lambda s, f: print('handler ran'))\n"
-			   "signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM])\n"
-			   "os.kill(os.getpid(), signal.SIGUSR1)\n"
-			   "print('pending:', sorted(signal.sigpending()))\n"
-			   "si = signal.sigtimedwait([signal.SIGUSR1], 5)\n"
-			   "print('sigwait:', si and si.si_signo)\n"
-			   "ev = threading.Event()\n"
-			   "out = [None] * 3\n"
-			   "def work(t):\n"
-			   "    l = [bytes([t + 1]) * 4000 + os.urandom(96) for _ in range(3000)]\n"
-			   "    ev.wait()\n"
-			   "    out[t] = len(b''.join(l))\n"
-			   "th = [threading.Thread(target=work, args=(t,)) for t in range(3)]\n"
-			   "[t.start() for t in th]\n"
-			   "os.kill(os.getpid(), signal.SIGUSR2)\n"
-			   "print('pending:', sorted(signal.sigpending()))\n"
-			   "si = signal.sigtimedwait([signal.SIGUSR2], 5)\n"
-			   "print('sigwait in threads:', si and si.si_signo)\n"
-			   "ev.set()\n"
-			   "[t.join() for t in th]\n"
-			   "print(out)\n"
-			   "libc = ctypes.CDLL(None, use_errno=True)\n"
-			   "mask = (ctypes.c_ulong * 16)()\n"
-			   "mask[0] = 1 << (signal.SIGTERM - 1)\n"
-			   "fd = libc.signalfd(-1, mask, 0)\n"
-			   "os.kill(os.getpid(), signal.SIGTERM)\n"
-			   "r, _, _ = select.select([fd], [], [], 5)\n"
-			   "print('signalfd:', struct.unpack_from('I', os.read(fd, 128))[0] if r else None)\n"
-			   "print(hashlib.sha256(x).hexdigest())\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	write_file(
+		script,
+		"import ctypes, hashlib, os, select, signal, struct, threading\n"
+		"x = bytearray(48 << 20)\n"
+		"for i in range(0, len(x), 4096): x[i] = 1 + i % 251\n"
+		"signal.signal(signal.SIGUSR1, lambda s, f: print('handler ran'))\n"
+		"signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM])\n"
+		"os.kill(os.getpid(), signal.SIGUSR1)\n"
+		"print('pending:', sorted(signal.sigpending()))\n"
+		"si = signal.sigtimedwait([signal.SIGUSR1], 5)\n"
+		"print('sigwait:', si and si.si_signo)\n"
+		"ev = threading.Event()\n"
+		"out = [None] * 3\n"
+		"def work(t):\n"
+		"    l = [bytes([t + 1]) * 4000 + os.urandom(96) for _ in range(3000)]\n"
+		"    ev.wait()\n"
+		"    out[t] = len(b''.join(l))\n"
+		"th = [threading.Thread(target=work, args=(t,)) for t in range(3)]\n"
+		"[t.start() for t in th]\n"
+		"os.kill(os.getpid(), signal.SIGUSR2)\n"
+		"print('pending:', sorted(signal.sigpending()))\n"
+		"si = signal.sigtimedwait([signal.SIGUSR2], 5)\n"
+		"print('sigwait in threads:', si and si.si_signo)\n"
+		"ev.set()\n"
+		"[t.join() for t in th]\n"
+		"print(out)\n"
+		"libc = ctypes.CDLL(None, use_errno=True)\n"
+		"mask = (ctypes.c_ulong * 16)()\n"
+		"mask[0] = 1 << (signal.SIGTERM - 1)\n"
+		"fd = libc.signalfd(-1, mask, 0)\n"
+		"os.kill(os.getpid(), signal.SIGTERM)\n"
+		"r, _, _ = select.select([fd], [], [], 5)\n"
+		"print('signalfd:', struct.unpack_from('I', os.read(fd, 128))[0] if r else None)\n"
+		"print(hashlib.sha256(x).hexdigest())\n");
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
 
@@ -844,7 +872,8 @@ static void discarded_pages(void)
 	write_file(script, "import ctypes, hashlib\n"
 			   "libc = ctypes.CDLL(None, use_errno=True)\n"
 			   "libc.mmap.restype = ctypes.c_void_p\n"
-			   "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+			   "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, "
+			   "ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
 			   "libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
 			   "M = 1 << 20\n"
 			   "n = 64 * M\n"
@@ -864,7 +893,7 @@ static void discarded_pages(void)
 			   "print('bad pages', bad)\n"
 			   "for i in range(0, n, 4096): buf[i:i + 64] = tag(i + 1)\n"
 			   "print(hashlib.sha256(buf.raw).hexdigest())\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
 
@@ -888,7 +917,7 @@ static void few_descriptors(void)
 			   "resource.setrlimit(resource.RLIMIT_NOFILE, (held + 3, hard))\n"
 			   "sys.stdout.flush()\n"
 			   "os.execv(sys.executable, [sys.executable, sys.argv[0], 'child'])\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("32M", cmd, false);
 }
 
@@ -912,7 +941,7 @@ static void dlopen_global(void)
 			   "for i in range(0, n, 4096):\n"
 			   "    m[i:i + 8] = i.to_bytes(8, 'little')\n"
 			   "print(sum(int.from_bytes(m[i:i + 8], 'little') for i in range(0, n, 4096)))\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
 
@@ -930,13 +959,15 @@ static void child_as_other_user(void)
 		return;
 	}
 	snprintf(script, sizeof(script), "%s/user.py", tmpdir);
-	write_file(script, "import subprocess, sys\n"
-			   "buf = bytearray(64 << 20)\n"
-			   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
-			   "print(subprocess.check_output([sys.executable, '-c', 'import os; print(os.getuid())'],\n"
-			   "                              user=65534, group=65534, extra_groups=[]).decode().strip())\n"
-			   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	write_file(
+		script,
+		"import subprocess, sys\n"
+		"buf = bytearray(64 << 20)\n"
+		"for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+		"print(subprocess.check_output([sys.executable, '-c', 'import os; print(os.getuid())'],\n"
+		"                              user=65534, group=65534, extra_groups=[]).decode().strip())\n"
+		"print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
 
@@ -949,16 +980,17 @@ static void impossible_malloc(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/huge.py", tmpdir);
-	write_file(script, "import ctypes\n"
-			   "libc = ctypes.CDLL(None)\n"
-			   "libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
-			   "buf = bytearray(64 << 20)\n"
-			   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
-			   "for n in (2**63 - 1, 2**63, 2**64 - 1, 2**62):\n"
-			   "    print(n, libc.malloc(ctypes.c_size_t(n)), libc.calloc(ctypes.c_size_t(n), 1),\n"
-			   "          libc.realloc(None, ctypes.c_size_t(n)))\n"
-			   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
-	char *cmd[] = { "/usr/bin/python3", script, NULL };
+	write_file(script,
+		   "import ctypes\n"
+		   "libc = ctypes.CDLL(None)\n"
+		   "libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
+		   "buf = bytearray(64 << 20)\n"
+		   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+		   "for n in (2**63 - 1, 2**63, 2**64 - 1, 2**62):\n"
+		   "    print(n, libc.malloc(ctypes.c_size_t(n)), libc.calloc(ctypes.c_size_t(n), 1),\n"
+		   "          libc.realloc(None, ctypes.c_size_t(n)))\n"
+		   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
 
@@ -1008,8 +1040,8 @@ static void userfaultfd_access(void)
 			   "print(len(l), hashlib.sha256(b''.join(l)).hexdigest())\n");
 	chmod(tmpdir, 0755);
 	chmod(script, 0644);
-	char *plain[] = { "/usr/bin/python3", script, NULL };
-	char *under[] = { uswap_bin, "run", "--limit", "16M", "--", "/usr/bin/python3", script, NULL };
+	char *plain[] = {"/usr/bin/python3", script, NULL};
+	char *under[] = {uswap_bin, "run", "--limit", "16M", "--", "/usr/bin/python3", script, NULL};
 	size_t la, lb;
 	int st = run_as(nobody, plain, plain_out, err);
 	char *a = slurp(plain_out, &la), *b;
@@ -1053,8 +1085,8 @@ static void userfaultfd_access(void)
 
 static void status_and_signals_pass_through(void)
 {
-	char *exit7[] = { uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "exit 7", NULL };
-	char *term[] = { uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "kill -TERM $$", NULL };
+	char *exit7[] = {uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "exit 7", NULL};
+	char *term[] = {uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "kill -TERM $$", NULL};
 	int st;
 
 	st = run(exit7, NULL, NULL);
@@ -1093,7 +1125,8 @@ static pid_t start_runner(const char *script, pid_t *prog)
 
 		dup2(fd, 1);
 		dup2(fd, 2);
-		execl(uswap_bin, uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", script, (char *)NULL);
+		execl(uswap_bin, uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", script,
+		      (char *)NULL);
 		_exit(126);
 	}
 	*prog = 0;
@@ -1153,7 +1186,8 @@ static void signals_to_runner(void)
 	runner = start_runner("exec sleep 60", &prog);
 	CHECK(prog > 0);
 	snprintf(shm, sizeof(shm), "/dev/shm/uswap.%d", (int)prog);
-	for (int i = 0; i < 500 && access(shm, F_OK); i++) /* its preload library has started (the shell's or sleep's: one pid) */
+	for (int i = 0; i < 500 && access(shm, F_OK);
+	     i++) /* its preload library has started (the shell's or sleep's: one pid) */
 		usleep(10000);
 	kill(runner, SIGKILL);
 	waitpid(runner, NULL, 0);
@@ -1198,8 +1232,8 @@ static long core_pattern_pages(const char *path, uint64_t va, long n)
 	uint64_t *page = malloc(4096);
 	int fd = open(path, O_RDONLY);
 
-	if (fd < 0 || !page || pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
-	    eh.e_type != ET_CORE || eh.e_phnum == PN_XNUM) {
+	if (fd < 0 || !page || pread(fd, &eh, sizeof(eh), 0) != sizeof(eh) ||
+	    memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_type != ET_CORE || eh.e_phnum == PN_XNUM) {
 		if (fd >= 0)
 			close(fd);
 		free(page);
@@ -1211,7 +1245,8 @@ static long core_pattern_pages(const char *path, uint64_t va, long n)
 		for (unsigned k = 0; k < eh.e_phnum; k++) {
 			Elf64_Phdr ph;
 
-			if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)k * eh.e_phentsize)) != sizeof(ph))
+			if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)k * eh.e_phentsize)) !=
+			    sizeof(ph))
 				break;
 			if (ph.p_type != PT_LOAD || a < ph.p_vaddr || a + 4096 > ph.p_vaddr + ph.p_filesz)
 				continue;
@@ -1257,7 +1292,7 @@ static void core_dump(void)
 {
 	static const char pattern_path[] = "/proc/sys/kernel/core_pattern";
 	char bin[300], dir[300], pattern[400], saved[512] = "", core[600], out[300], *buf;
-	struct rlimit old_core, unlimited = { RLIM_INFINITY, RLIM_INFINITY };
+	struct rlimit old_core, unlimited = {RLIM_INFINITY, RLIM_INFINITY};
 	size_t len;
 	int fd, st;
 
@@ -1270,17 +1305,19 @@ static void core_dump(void)
 	if (n <= 0)
 		return;
 	saved[n] = '\0';
-	if (!build_c("dumper", "#include <stdio.h>\n#include <stdlib.h>\n#include <stdint.h>\n#include <string.h>\n"
-			       "int main(void) {\n"
-			       "\tsize_t pages = 16384;\n"
-			       "\tuint64_t *b = malloc(pages * 4096);\n"
-			       "\tfor (size_t i = 0; i < pages * 512; i++) b[i] = 0xC0DE000000000000ull | (i / 512);\n"
-			       "\tchar l[256]; long anon = -1; FILE *f = fopen(\"/proc/self/status\", \"r\");\n"
-			       "\twhile (fgets(l, sizeof(l), f)) if (!strncmp(l, \"RssAnon:\", 8)) anon = atol(l + 9);\n"
-			       "\tprintf(\"%p %ld\\n\", (void *)b, anon);\n"
-			       "\tfflush(stdout);\n"
-			       "\tabort();\n}\n",
-		     bin, sizeof(bin)))
+	if (!build_c(
+		    "dumper",
+		    "#include <stdio.h>\n#include <stdlib.h>\n#include <stdint.h>\n#include <string.h>\n"
+		    "int main(void) {\n"
+		    "\tsize_t pages = 16384;\n"
+		    "\tuint64_t *b = malloc(pages * 4096);\n"
+		    "\tfor (size_t i = 0; i < pages * 512; i++) b[i] = 0xC0DE000000000000ull | (i / 512);\n"
+		    "\tchar l[256]; long anon = -1; FILE *f = fopen(\"/proc/self/status\", \"r\");\n"
+		    "\twhile (fgets(l, sizeof(l), f)) if (!strncmp(l, \"RssAnon:\", 8)) anon = atol(l + 9);\n"
+		    "\tprintf(\"%p %ld\\n\", (void *)b, anon);\n"
+		    "\tfflush(stdout);\n"
+		    "\tabort();\n}\n",
+		    bin, sizeof(bin)))
 		return;
 	snprintf(dir, sizeof(dir), "%s/cores", tmpdir);
 	snprintf(out, sizeof(out), "%s/dumper.out", tmpdir);
@@ -1290,7 +1327,7 @@ static void core_dump(void)
 	CHECK_EQ(setrlimit(RLIMIT_CORE, &unlimited), 0);
 	CHECK_EQ(write_text(pattern_path, pattern), 0);
 
-	char *plain[] = { bin, NULL }, *under[] = { uswap_bin, "run", "--limit", "16M", "--", bin, NULL };
+	char *plain[] = {bin, NULL}, *under[] = {uswap_bin, "run", "--limit", "16M", "--", bin, NULL};
 	st = run(plain, out, NULL);
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && WCOREDUMP(st));
 	CHECK_EQ(cores_in(dir, core, sizeof(core)), 1);
@@ -1310,7 +1347,8 @@ static void core_dump(void)
 	CHECK(anon_kib >= 0 && anon_kib < 40 << 10); /* most of the 64 MiB were out */
 	long good = core_pattern_pages(core, va, 16384);
 	if (good != 16384)
-		fprintf(stderr, "[%s] %ld of 16384 pages in the core hold the program's data\n", check_test, good);
+		fprintf(stderr, "[%s] %ld of 16384 pages in the core hold the program's data\n", check_test,
+			good);
 	CHECK_EQ(good, 16384);
 	free(buf);
 	unlink(core);
@@ -1327,14 +1365,14 @@ static void bad_options(void)
 		int status;
 		const char *says;
 	} cases[] = {
-		{ { "--limit", "1X", "--", "/bin/true" }, 2, "--limit" },
-		{ { "--limit", "64M", "--tiers", "bogus", "--", "/bin/true" }, 2, "bogus" },
-		{ { "--limit", "64M", "--folio", "3K", "--", "/bin/true" }, 2, "--folio" },
-		{ { "--limit", "64M", "--fork-child", "shared", "--", "/bin/true" }, 2, "--fork-child" },
-		{ { "--limit", "64M", "--colour", "red", "--", "/bin/true" }, 2, "--colour" },
-		{ { "--", "/bin/true" }, 2, "--limit" },
-		{ { "--limit", "64M" }, 2, "PROGRAM" },
-		{ { "--limit", "64M", "--", "no-such-program-here" }, 127, "not found" },
+		{{"--limit", "1X", "--", "/bin/true"}, 2, "--limit"},
+		{{"--limit", "64M", "--tiers", "bogus", "--", "/bin/true"}, 2, "bogus"},
+		{{"--limit", "64M", "--folio", "3K", "--", "/bin/true"}, 2, "--folio"},
+		{{"--limit", "64M", "--fork-child", "shared", "--", "/bin/true"}, 2, "--fork-child"},
+		{{"--limit", "64M", "--colour", "red", "--", "/bin/true"}, 2, "--colour"},
+		{{"--", "/bin/true"}, 2, "--limit"},
+		{{"--limit", "64M"}, 2, "PROGRAM"},
+		{{"--limit", "64M", "--", "no-such-program-here"}, 127, "not found"},
 	};
 	char err[300], marker[300];
 
@@ -1379,7 +1417,7 @@ static void static_binary_refused(void)
 	}
 	char err[300];
 	snprintf(err, sizeof(err), "%s/err.txt", tmpdir);
-	char *argv[] = { uswap_bin, "run", "--limit", "16M", "--", bin, NULL };
+	char *argv[] = {uswap_bin, "run", "--limit", "16M", "--", bin, NULL};
 	int st = run(argv, NULL, err);
 	size_t len;
 	char *msg = slurp(err, &len);
@@ -1419,14 +1457,15 @@ static void reply_text(redisReply *r, char *out, size_t len)
 static void redis_bgsave(void)
 {
 	char stats[300], want[64], got[64], text[256];
-	const char *wrap[] = { uswap_bin, "run", "--limit", "16M", "--stats-json", stats, "--", NULL };
-	const char *debug[] = { "--enable-debug-command", "yes", NULL };
+	const char *wrap[] = {uswap_bin, "run", "--limit", "16M", "--stats-json", stats, "--", NULL};
+	const char *debug[] = {"--enable-debug-command", "yes", NULL};
 	struct rserver u, p;
 	redisContext *c;
 	int st = -1;
 
 	if (!rserver_available()) {
-		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n",
+			check_test);
 		CHECK(rserver_available());
 		return;
 	}
@@ -1436,7 +1475,7 @@ static void redis_bgsave(void)
 	c = rserver_connect(&u);
 	CHECK(c != NULL);
 	if (c)
-		redisSetTimeout(c, (struct timeval){ 120, 0 });
+		redisSetTimeout(c, (struct timeval){120, 0});
 	reply_text(cmd_reply(c, "DEBUG POPULATE %d key 100", REDIS_KEYS), text, sizeof(text));
 	CHECK(!strcmp(text, "OK"));
 	reply_text(cmd_reply(c, "BGSAVE"), text, sizeof(text));
@@ -1479,13 +1518,13 @@ static void redis_bgsave(void)
 	free(js);
 
 	/* A plain server loads the dump from the first one's dir. */
-	const char *load[] = { "--dir", u.dir, "--enable-debug-command", "yes", NULL };
+	const char *load[] = {"--dir", u.dir, "--enable-debug-command", "yes", NULL};
 
 	CHECK_EQ(rserver_start(&p, "noeviction", load), 0);
 	c = rserver_connect(&p);
 	CHECK(c != NULL);
 	if (c)
-		redisSetTimeout(c, (struct timeval){ 120, 0 });
+		redisSetTimeout(c, (struct timeval){120, 0});
 	redisReply *n = cmd_reply(c, "DBSIZE");
 	CHECK(n && n->type == REDIS_REPLY_INTEGER && n->integer == REDIS_KEYS);
 	if (n)
@@ -1514,7 +1553,8 @@ static void daemon_child(void)
 	char script[300], rss[300], dir[300], gen[320], port[16];
 
 	if (!rserver_available()) {
-		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n",
+			check_test);
 		CHECK(rserver_available());
 		return;
 	}
@@ -1528,22 +1568,24 @@ static void daemon_child(void)
 			"o = sys.stdout.buffer\n"
 			"for i in range(300000):\n"
 			"    k, v = b'k:%d' % i, (b'%07d' % i) * 73\n"
-			"    o.write(b'*3\\r\\n$3\\r\\nSET\\r\\n$%d\\r\\n%s\\r\\n$%d\\r\\n%s\\r\\n' % (len(k), k, len(v), v))\n");
-	write_file(script,
-		   "set -e\n"
-		   "p=$1; d=$2\n"
-		   "redis-server --port $p --bind 127.0.0.1 --dir $d --save '' --appendonly no --daemonize yes "
-		   "--pidfile $d/r.pid --logfile $d/log\n"
-		   "until redis-cli -p $p ping >/dev/null 2>&1; do sleep 0.1; done\n"
-		   "python3 $d/gen.py | redis-cli -p $p --pipe >/dev/null\n"
-		   "redis-cli -p $p dbsize\n"
-		   "for k in 0 7919 150001 299999; do redis-cli -p $p get k:$k; done\n"
-		   "redis-cli -p $p --scan | sort | md5sum\n"
-		   "redis-cli -p $p eval \"local h = '' for i = 0, 299999 do "
-		   "h = redis.sha1hex(h .. redis.call('GET', 'k:' .. i)) end return h\" 0\n"
-		   "awk '/RssAnon/ {print $2}' /proc/$(cat $d/r.pid)/status > $3\n"
-		   "redis-cli -p $p shutdown nosave >/dev/null 2>&1 || true\n");
-	char *cmd[] = { "/bin/sh", script, port, dir, rss, NULL };
+			"    o.write(b'*3\\r\\n$3\\r\\nSET\\r\\n$%d\\r\\n%s\\r\\n$%d\\r\\n%s\\r\\n' % "
+			"(len(k), k, len(v), v))\n");
+	write_file(
+		script,
+		"set -e\n"
+		"p=$1; d=$2\n"
+		"redis-server --port $p --bind 127.0.0.1 --dir $d --save '' --appendonly no --daemonize yes "
+		"--pidfile $d/r.pid --logfile $d/log\n"
+		"until redis-cli -p $p ping >/dev/null 2>&1; do sleep 0.1; done\n"
+		"python3 $d/gen.py | redis-cli -p $p --pipe >/dev/null\n"
+		"redis-cli -p $p dbsize\n"
+		"for k in 0 7919 150001 299999; do redis-cli -p $p get k:$k; done\n"
+		"redis-cli -p $p --scan | sort | md5sum\n"
+		"redis-cli -p $p eval \"local h = '' for i = 0, 299999 do "
+		"h = redis.sha1hex(h .. redis.call('GET', 'k:' .. i)) end return h\" 0\n"
+		"awk '/RssAnon/ {print $2}' /proc/$(cat $d/r.pid)/status > $3\n"
+		"redis-cli -p $p shutdown nosave >/dev/null 2>&1 || true\n");
+	char *cmd[] = {"/bin/sh", script, port, dir, rss, NULL};
 	same_output("48M", cmd, false);
 	check_anon_under(rss, 120 << 10); /* ~280 MB plainly */
 }
@@ -1566,12 +1608,37 @@ static int cleanup_dir(void)
 }
 
 static const struct test tests[] = {
-	T(bad_options), T(userfaultfd_access), T(status_and_signals_pass_through), T(signals_to_runner), T(static_binary_refused), T(core_dump),
-	T(blocked_signals), T(discarded_pages), T(python_dict), T(sort_file), T(fork_and_exec), T(threads), T(awk_under_shell), T(reserved_heap),
-	T(freed_blocks_leave), T(fork_while_freeing), T(forked_child_own), T(forked_child_plain),
-	T(locked_memory), T(address_space_limits), T(address_space_ours), T(descriptors_taken), T(few_descriptors),
-	T(dlopen_global), T(child_as_other_user), T(impossible_malloc), T(big_blocks), T(node_map),
-	T(redis_bgsave), T(daemon_child), T(auto_limit),
+	T(bad_options),
+	T(userfaultfd_access),
+	T(status_and_signals_pass_through),
+	T(signals_to_runner),
+	T(static_binary_refused),
+	T(core_dump),
+	T(blocked_signals),
+	T(discarded_pages),
+	T(python_dict),
+	T(sort_file),
+	T(fork_and_exec),
+	T(threads),
+	T(awk_under_shell),
+	T(reserved_heap),
+	T(freed_blocks_leave),
+	T(fork_while_freeing),
+	T(forked_child_own),
+	T(forked_child_plain),
+	T(locked_memory),
+	T(address_space_limits),
+	T(address_space_ours),
+	T(descriptors_taken),
+	T(few_descriptors),
+	T(dlopen_global),
+	T(child_as_other_user),
+	T(impossible_malloc),
+	T(big_blocks),
+	T(node_map),
+	T(redis_bgsave),
+	T(daemon_child),
+	T(auto_limit),
 };
 
 int main(int argc, char **argv)

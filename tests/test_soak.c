@@ -45,7 +45,8 @@ static void test_soak_faults(void)
 {
 	char last[1024];
 
-	CHECK_EQ(run_soak("--seconds 5 --layer-threads 2 --mm-threads 2 --watchdog 60", last, sizeof(last)), 0);
+	CHECK_EQ(run_soak("--seconds 5 --layer-threads 2 --mm-threads 2 --watchdog 60", last, sizeof(last)),
+		 0);
 	check_summary(last);
 	CHECK(strstr(last, "injected eio=0 ") == NULL); /* faults were injected */
 }
@@ -54,9 +55,11 @@ static void test_soak_no_faults(void)
 {
 	char last[1024];
 
-	CHECK_EQ(run_soak("--seconds 3 --layer-threads 2 --mm-threads 2 --watchdog 60 --faults none --no-redis", last,
-			  sizeof(last)),
-		 0);
+	CHECK_EQ(
+		run_soak(
+			"--seconds 3 --layer-threads 2 --mm-threads 2 --watchdog 60 --faults none --no-redis",
+			last, sizeof(last)),
+		0);
 	check_summary(last);
 }
 

@@ -49,7 +49,8 @@ static unsigned each_source(const char *dir, void (*fn)(const char *path, const 
 	while (d && (e = readdir(d))) {
 		size_t l = strlen(e->d_name);
 
-		if (l < 3 || e->d_name[0] == '.' || (strcmp(e->d_name + l - 2, ".c") && strcmp(e->d_name + l - 2, ".h")))
+		if (l < 3 || e->d_name[0] == '.' ||
+		    (strcmp(e->d_name + l - 2, ".c") && strcmp(e->d_name + l - 2, ".h")))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s/%s", root, dir, e->d_name);
 		fn(path, e->d_name);
@@ -79,7 +80,8 @@ static void check_cli_includes(const char *path, const char *name)
 	CHECK(f != NULL);
 	while (f && fgets(line, sizeof(line), f)) {
 		if (sscanf(line, " #include \"%255[^\"]\"", inc) == 1 && !cli_may_include(inc)) {
-			fprintf(stderr, "src/cli/%s includes \"%s\": the command uses the public header\n", name, inc);
+			fprintf(stderr, "src/cli/%s includes \"%s\": the command uses the public header\n",
+				name, inc);
 			CHECK(cli_may_include(inc));
 		}
 	}
@@ -118,7 +120,8 @@ static void check_size(const char *path, const char *name)
 
 static void files_are_one_job(void)
 {
-	static const char *dirs[] = { "src/core", "src/backend", "src/mm", "src/preload", "src/util", "src/cli" };
+	static const char *dirs[] = {"src/core",    "src/backend", "src/mm",
+				     "src/preload", "src/util",    "src/cli"};
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
 		CHECK(each_source(dirs[i], check_size) > 0);
@@ -147,7 +150,8 @@ static void mm_files_are_small(void)
 
 int main(int argc, char **argv)
 {
-	static const struct test tests[] = { T(cli_uses_public_header), T(files_are_one_job), T(mm_files_are_small) };
+	static const struct test tests[] = {T(cli_uses_public_header), T(files_are_one_job),
+					    T(mm_files_are_small)};
 
 	find_root();
 	return check_run(tests, sizeof(tests) / sizeof(tests[0]), argc, argv);

@@ -222,9 +222,10 @@ static void incompressible_goes_on(void)
 /* zstd at several levels round-trips, and compresses text better than lz4. */
 static void zstd_levels(void)
 {
-	static const char *specs[] = { "zpool:lz4", "zpool:zstd:level=1", "zpool:zstd:level=3", "zpool:zstd=9" };
+	static const char *specs[] = {"zpool:lz4", "zpool:zstd:level=1", "zpool:zstd:level=3",
+				      "zpool:zstd=9"};
 	unsigned char *p = aligned_alloc(PAGE, 64 * PAGE), *q = aligned_alloc(PAGE, 64 * PAGE);
-	uint64_t bytes[4] = { 0 };
+	uint64_t bytes[4] = {0};
 
 	fill_pages(p, 64, PK_TEXT, seed_for(3));
 	for (unsigned i = 0; i < 4; i++) {

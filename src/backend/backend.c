@@ -11,17 +11,12 @@
 #include <string.h>
 #include <time.h>
 
-
 /* Store order does not matter here; the tier string decides it. New backends add one line. */
 _Thread_local unsigned backend_stream;
 
 static const struct uswap_backend_ops *const registry[] = {
-	&same_backend_ops,
-	&zpool_backend_ops,
-	&file_backend_ops,
-	&redis_backend_ops,
-	&redis_cluster_backend_ops,
-	&fault_backend_ops,
+	&same_backend_ops,  &zpool_backend_ops,         &file_backend_ops,
+	&redis_backend_ops, &redis_cluster_backend_ops, &fault_backend_ops,
 };
 
 #define NR_BACKENDS (sizeof(registry) / sizeof(registry[0]))
@@ -42,7 +37,8 @@ const char *backend_names(void)
 		size_t off = 0;
 
 		for (size_t i = 0; i < NR_BACKENDS && off < sizeof(names); i++)
-			off += snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "", registry[i]->name);
+			off += snprintf(names + off, sizeof(names) - off, "%s%s", i ? ", " : "",
+					registry[i]->name);
 	}
 	return names;
 }
@@ -57,8 +53,8 @@ int backend_open_spec(struct backend *b, const char *spec, size_t len, const str
 		namelen = len;
 	ops = backend_lookup(spec, namelen);
 	if (!ops)
-		return err_set(-EINVAL, "unknown tier \"%.*s\" in \"%.*s\" (known: %s)", (int)namelen, spec, (int)len,
-			       spec, backend_names());
+		return err_set(-EINVAL, "unknown tier \"%.*s\" in \"%.*s\" (known: %s)", (int)namelen, spec,
+			       (int)len, spec, backend_names());
 	if (len >= sizeof(b->spec))
 		return err_set(-EINVAL, "tier \"%.*s...\" is too long", 32, spec);
 	if (namelen < len && spec[namelen] == ',')
@@ -67,7 +63,8 @@ int backend_open_spec(struct backend *b, const char *spec, size_t len, const str
 		return err_set(-EINVAL, "tier \"%.*s\" wraps no other tier (no '(' after %s)", (int)len, spec,
 			       ops->name);
 	if (ops->caps & BACKEND_WRAPS && (namelen == len || spec[namelen] != '('))
-		return err_set(-EINVAL, "tier \"%.*s\": %s wraps a tier, named in parentheses: %s(zpool:lz4)...",
+		return err_set(-EINVAL,
+			       "tier \"%.*s\": %s wraps a tier, named in parentheses: %s(zpool:lz4)...",
 			       (int)len, spec, ops->name, ops->name);
 	snprintf(b->spec, sizeof(b->spec), "%.*s", (int)len, spec);
 	/* "name:args" gives "args"; "name(TIER)..." gives "(TIER)..." */

@@ -29,8 +29,8 @@ enum backend_caps {
 	BACKEND_BATCH = 1 << 3,   /* stores may be buffered until flush() */
 	BACKEND_DURABLE = 1 << 4, /* data outlives the process's memory (file, remote) */
 	BACKEND_PACKED = 1 << 5,  /* peek() + store_obj(): compressed pages move between tiers as they are */
-	BACKEND_SEEDS = 1 << 6,   /* args begin "//HOST:PORT,HOST:PORT...": those commas do not end the tier */
-	BACKEND_WRAPS = 1 << 7,   /* args begin "(TIER)": the tier it wraps, whose commas do not end it */
+	BACKEND_SEEDS = 1 << 6, /* args begin "//HOST:PORT,HOST:PORT...": those commas do not end the tier */
+	BACKEND_WRAPS = 1 << 7, /* args begin "(TIER)": the tier it wraps, whose commas do not end it */
 };
 
 /* The stored form of a page, as peek() hands it out and store_obj() takes it. */
@@ -44,9 +44,9 @@ struct backend;
 
 /* What a backend learns about the layer at open(). */
 struct backend_env {
-	unsigned nr_ctx;  /* concurrent callers to size per-caller state for (codec contexts, buffers) */
-	bool is_last;     /* no tier below: refusing a page means it stays resident */
-	bool check_only;  /* parse and check the args, then return 0 having opened nothing */
+	unsigned nr_ctx; /* concurrent callers to size per-caller state for (codec contexts, buffers) */
+	bool is_last;    /* no tier below: refusing a page means it stays resident */
+	bool check_only; /* parse and check the args, then return 0 having opened nothing */
 };
 
 struct uswap_backend_ops {
@@ -61,7 +61,8 @@ struct uswap_backend_ops {
 	 * kind) with handles[] filled for them, or -errno with nothing taken. On success the backend
 	 * owns a copy; @src is the caller's again.
 	 */
-	ssize_t (*store)(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles);
+	ssize_t (*store)(struct backend *b, const void *src, size_t npages, uint32_t owner,
+			 uint64_t *handles);
 	/* Context: fault path. Fill npages * PAGE_SIZE bytes at @dst, or -EIO (nothing is trusted). */
 	int (*load)(struct backend *b, uint32_t owner, const uint64_t *handles, size_t npages, void *dst);
 	/*
@@ -179,8 +180,9 @@ struct file_layout {
 	uint64_t used_pages, used_sectors; /* plain pages; 512-byte sectors of packed objects */
 	uint64_t split_stores;             /* folios that found no contiguous run and were split */
 	uint64_t punched_clusters, punch_calls;
-	uint64_t staged_pages, stage_writes; /* plain pages staged for write-behind; requests that wrote them */
-	uint32_t staged_now;                 /* pages in the stage now, freed ones included */
+	uint64_t staged_pages,
+		stage_writes; /* plain pages staged for write-behind; requests that wrote them */
+	uint32_t staged_now;  /* pages in the stage now, freed ones included */
 	int fd;
 };
 int file_layout(struct backend *b, struct file_layout *l);

@@ -12,10 +12,10 @@ enum codec_kind { CODEC_LZ4, CODEC_ZSTD };
 
 struct codec_ctx {
 	pthread_mutex_t lock;
-	void *lz4_state;      /* LZ4_sizeofState() bytes */
-	void *zc, *zd;        /* static ZSTD_CCtx / ZSTD_DCtx inside cwork / dwork */
+	void *lz4_state; /* LZ4_sizeofState() bytes */
+	void *zc, *zd;   /* static ZSTD_CCtx / ZSTD_DCtx inside cwork / dwork */
 	void *cwork, *dwork;
-	unsigned char *buf;   /* staging: 2 pages, compressed output before it is placed */
+	unsigned char *buf; /* staging: 2 pages, compressed output before it is placed */
 };
 
 struct codec {

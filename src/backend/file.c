@@ -145,14 +145,15 @@ struct file_tier {
 	uint32_t st_len;               /* pages staged, freed ones included */
 	_Atomic uint32_t st_lo, st_hi; /* every staged slot is in [st_lo, st_hi): misses take no lock */
 	bool st_failed;
-	uint64_t st_pages, st_writes;  /* pages staged, requests that wrote them (file_layout) */
+	uint64_t st_pages, st_writes; /* pages staged, requests that wrote them (file_layout) */
 
 	pthread_mutex_t ra_lock; /* readahead windows and their ring */
 	struct io_uring ra_ring;
 	struct ra_win win[2 * RA_STREAMS]; /* a pair per mover: the cluster read, the next one */
 
-	struct sealer *seal;   /* encrypt; NULL otherwise */
-	struct seal_tag *tags; /* encrypt: per plain slot, written by its store before the descriptor publishes */
+	struct sealer *seal; /* encrypt; NULL otherwise */
+	struct seal_tag
+		*tags; /* encrypt: per plain slot, written by its store before the descriptor publishes */
 };
 
 /* ---- bitmaps ---- */
@@ -594,7 +595,8 @@ static int file_check(const char *path)
 
 	if (path[0] && !stat(path, &st)) {
 		if (!S_ISBLK(st.st_mode))
-			return err_set(-EEXIST, "file: '%s' exists (name a new file, or a block device)", path);
+			return err_set(-EEXIST, "file: '%s' exists (name a new file, or a block device)",
+				       path);
 		fd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
 		if (fd < 0) {
 			ret = -errno;
@@ -807,8 +809,8 @@ static int st_write(struct file_tier *f)
 		}
 		while (i + n < f->st_len && f->st_slot[i + n] == f->st_slot[i] + n)
 			n++;
-		io[nio++] = (struct fio){f->st_buf + (size_t)i * PAGE_SIZE, (uint64_t)f->st_slot[i] * PAGE_SIZE,
-					 n * PAGE_SIZE, true};
+		io[nio++] = (struct fio){f->st_buf + (size_t)i * PAGE_SIZE,
+					 (uint64_t)f->st_slot[i] * PAGE_SIZE, n * PAGE_SIZE, true};
 		i += n;
 	}
 	if (nio) {
@@ -844,7 +846,8 @@ static int st_add(struct file_tier *f, const void *src, unsigned n, uint32_t s, 
 			const char *page = (const char *)src + (size_t)i * PAGE_SIZE;
 
 			if (f->seal)
-				seal_page_detached(f->seal, owner + i, s + i, page, PAGE_SIZE, dst, &f->tags[s + i]);
+				seal_page_detached(f->seal, owner + i, s + i, page, PAGE_SIZE, dst,
+						   &f->tags[s + i]);
 			else
 				memcpy(dst, page, PAGE_SIZE);
 			f->st_slot[f->st_len + i] = s + i;
@@ -913,8 +916,9 @@ static ssize_t file_store(struct backend *b, const void *src, size_t npages, uin
 	io.buf = (void *)src;
 	if (f->seal) {
 		for (unsigned i = 0; i < got; i++)
-			seal_page_detached(f->seal, owner + i, s + i, (const char *)src + (size_t)i * PAGE_SIZE,
-					   PAGE_SIZE, x->bounce + (size_t)i * PAGE_SIZE, &f->tags[s + i]);
+			seal_page_detached(f->seal, owner + i, s + i,
+					   (const char *)src + (size_t)i * PAGE_SIZE, PAGE_SIZE,
+					   x->bounce + (size_t)i * PAGE_SIZE, &f->tags[s + i]);
 		io.buf = x->bounce;
 	} else if (!dio_aligned(src)) {
 		memcpy(x->bounce, src, (size_t)got * PAGE_SIZE);
@@ -1002,8 +1006,8 @@ static int load_pages(struct backend *b, uint32_t owner, const uint32_t *owners,
 				while (i + n < npages && handles[i + n] == handles[i] + n &&
 				       !h_packed(handles[i + n]) && !st_maybe(f, handles[i + n]))
 					n++;
-				io[nio++] = (struct fio){buf, handles[i] * PAGE_SIZE, (uint32_t)(n * PAGE_SIZE),
-							 false};
+				io[nio++] = (struct fio){buf, handles[i] * PAGE_SIZE,
+							 (uint32_t)(n * PAGE_SIZE), false};
 			}
 		}
 		i += n;
@@ -1018,9 +1022,9 @@ static int load_pages(struct backend *b, uint32_t owner, const uint32_t *owners,
 					 owners ? owners[i] : owner + (uint32_t)i, h_nsect(handles[i]),
 					 out + i * PAGE_SIZE);
 		else if (f->seal)
-			ret = seal_open_detached(f->seal, owners ? owners[i] : owner + (uint32_t)i, handles[i],
-						 x->bounce + i * PAGE_SIZE,
-						 PAGE_SIZE, &f->tags[handles[i]], out + i * PAGE_SIZE);
+			ret = seal_open_detached(f->seal, owners ? owners[i] : owner + (uint32_t)i,
+						 handles[i], x->bounce + i * PAGE_SIZE, PAGE_SIZE,
+						 &f->tags[handles[i]], out + i * PAGE_SIZE);
 		else if (!dio_aligned(out + i * PAGE_SIZE))
 			memcpy(out + i * PAGE_SIZE, x->bounce + i * PAGE_SIZE, PAGE_SIZE);
 	}
@@ -1303,8 +1307,9 @@ static ssize_t peek_plain(struct file_tier *f, uint32_t owner, uint64_t h, const
 {
 	*fmt = OBJ_PLAIN;
 	if (f->seal)
-		return seal_open_detached(f->seal, owner, h, src, PAGE_SIZE, &f->tags[h], obj) ? -EIO
-												 : (ssize_t)PAGE_SIZE;
+		return seal_open_detached(f->seal, owner, h, src, PAGE_SIZE, &f->tags[h], obj)
+			       ? -EIO
+			       : (ssize_t)PAGE_SIZE;
 	memcpy(obj, src, PAGE_SIZE);
 	return PAGE_SIZE;
 }

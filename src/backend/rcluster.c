@@ -464,11 +464,13 @@ int rcluster_open(struct rcluster *rc)
 			freeReplyObject(r);
 		if (!r && rc->tls && nd_closed(&rc->nodes[0]))
 			return err_set(-EPROTO,
-				       "redis: %s:%d: %s after the TLS handshake (does it want a client certificate? "
+				       "redis: %s:%d: %s after the TLS handshake (does it want a client "
+				       "certificate? "
 				       "cert=, key=)",
 				       rc->nodes[0].host, rc->nodes[0].port, rc->nodes[0].c->errstr);
 		if (!r && !rc->tls && nd_closed(&rc->nodes[0]))
-			return err_set(-ECONNREFUSED, "redis: %s:%d: %s at the first command (a TLS port? add tls)",
+			return err_set(-ECONNREFUSED,
+				       "redis: %s:%d: %s at the first command (a TLS port? add tls)",
 				       rc->nodes[0].host, rc->nodes[0].port, rc->nodes[0].c->errstr);
 		if (is_node) /* it would answer MOVED for most keys */
 			return err_set(-EINVAL, "redis: %s:%d is a cluster node: use redis-cluster://",
@@ -681,7 +683,8 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 		if (cmd->asking)
 			redisAppendCommand(nd->c, "ASKING");
 		if (cmd->op == RC_SET && rc->lease_ms > 0)
-			redisAppendCommand(nd->c, "SET %b %b PX %d", key, len, cmd->buf, cmd->len, rc->lease_ms);
+			redisAppendCommand(nd->c, "SET %b %b PX %d", key, len, cmd->buf, cmd->len,
+					   rc->lease_ms);
 		else if (cmd->op == RC_SET)
 			redisAppendCommand(nd->c, "SET %b %b", key, len, cmd->buf, cmd->len);
 		else if (cmd->op == RC_PEXPIRE)

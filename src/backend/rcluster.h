@@ -45,11 +45,11 @@ enum rc_op { RC_SET, RC_GET, RC_DEL, RC_PEXPIRE };
 struct rc_cmd {
 	uint32_t key;
 	const char *name; /* NULL: prefix + @key; else the whole key name (the alive key, uswap_gc()) */
-	uint8_t op;   /* enum rc_op */
-	uint8_t node; /* this round's target */
-	bool asking;  /* this round goes to an ASK target, after ASKING */
-	int result;   /* after rcluster_exec(): 0; -ENOENT no such key; -EIO; -EHOSTUNREACH */
-	void *buf;    /* SET: @len bytes sent; GET: exactly @len bytes received */
+	uint8_t op;       /* enum rc_op */
+	uint8_t node;     /* this round's target */
+	bool asking;      /* this round goes to an ASK target, after ASKING */
+	int result;       /* after rcluster_exec(): 0; -ENOENT no such key; -EIO; -EHOSTUNREACH */
+	void *buf;        /* SET: @len bytes sent; GET: exactly @len bytes received */
 	size_t len;
 };
 
@@ -66,7 +66,7 @@ struct rcluster {
 	struct ssl_ctx_st *ssl_ctx; /* with tls: made by rcluster_open(), shared by clones (refcounted) */
 	char tls_why[160];          /* the last handshake's failure, for rcluster_open()'s message */
 	int db, timeout_ms;
-	int lease_ms; /* > 0: SETs carry PX lease_ms, PEXPIRE gives lease_ms */
+	int lease_ms;                /* > 0: SETs carry PX lease_ms, PEXPIRE gives lease_ms */
 	unsigned nr_nodes, nr_seeds; /* nodes[0..nr_seeds) are the configured seeds */
 	struct rc_node nodes[RC_MAX_NODES];
 	uint8_t slot_node[RC_SLOTS]; /* node index, or RC_NO_NODE */

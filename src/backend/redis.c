@@ -217,7 +217,8 @@ static void redis_release(struct backend *b, uint32_t owner, uint64_t handle)
 
 	(void)owner;
 	pthread_mutex_lock(&rt->batch_lock);
-	lease_unmark(&rt->lease, (uint32_t)handle); /* before the DEL: a renewal that misses it is not a loss */
+	lease_unmark(&rt->lease,
+		     (uint32_t)handle); /* before the DEL: a renewal that misses it is not a loss */
 	del_queue(rt, (uint32_t)handle);
 	if (rt->nr_dels == REDIS_DEL_RING)
 		redis_submit(rt, OP_GET, 0);
@@ -363,7 +364,8 @@ static int redis_parse(struct rcluster *rc, int *replicas, const char *args, boo
 			;
 		else if (!strcmp(key, "replicas") && parse_int(val, 0, 64, replicas))
 			;
-		else if (!strcmp(key, "lease") && parse_duration_ms(val, LEASE_MIN_MS, LEASE_MAX_MS, &rc->lease_ms))
+		else if (!strcmp(key, "lease") &&
+			 parse_duration_ms(val, LEASE_MIN_MS, LEASE_MAX_MS, &rc->lease_ms))
 			;
 		else if (!strcmp(key, "db") && parse_int(val, 0, 1 << 20, &rc->db)) {
 			if (cluster && rc->db)
@@ -444,7 +446,8 @@ int redis_servers_open(const char *tier, struct rcluster *rc)
 	else if (!strncmp(tier, "redis:", 6))
 		ret = redis_parse(rc, &replicas, tier + 6, false);
 	else
-		ret = err_set(-EINVAL, "expected redis://HOST:PORT or redis-cluster://HOST:PORT,..., got '%s'", tier);
+		ret = err_set(-EINVAL,
+			      "expected redis://HOST:PORT or redis-cluster://HOST:PORT,..., got '%s'", tier);
 	rc->lease_ms = 0;
 	if (!ret)
 		ret = rcluster_open(rc);

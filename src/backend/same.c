@@ -30,7 +30,8 @@ static bool page_word(const unsigned char *p, uint64_t *word)
 	return true;
 }
 
-static ssize_t same_store(struct backend *b, const void *src, size_t npages, uint32_t owner, uint64_t *handles)
+static ssize_t same_store(struct backend *b, const void *src, size_t npages, uint32_t owner,
+			  uint64_t *handles)
 {
 	const unsigned char *p = src;
 	size_t i;

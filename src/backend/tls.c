@@ -67,7 +67,8 @@ static void nosig_init(void)
 	if (!m)
 		return;
 	if (BIO_meth_set_write(m, nosig_write) != 1 || BIO_meth_set_read(m, BIO_meth_get_read(sock)) != 1 ||
-	    BIO_meth_set_puts(m, BIO_meth_get_puts(sock)) != 1 || BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(sock)) != 1 ||
+	    BIO_meth_set_puts(m, BIO_meth_get_puts(sock)) != 1 ||
+	    BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(sock)) != 1 ||
 	    BIO_meth_set_create(m, BIO_meth_get_create(sock)) != 1 ||
 	    BIO_meth_set_destroy(m, BIO_meth_get_destroy(sock)) != 1) {
 		BIO_meth_free(m);
@@ -100,13 +101,15 @@ int tls_ctx_new(SSL_CTX **out, const char *cacert, const char *cert, const char 
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-	SSL_CTX_set_read_ahead(ctx, 1); /* a record header and its body in one recv(); only SSL_read() reads */
+	SSL_CTX_set_read_ahead(ctx,
+			       1); /* a record header and its body in one recv(); only SSL_read() reads */
 	ERR_clear_error();
 	if (cacert && cacert[0] ? SSL_CTX_load_verify_locations(ctx, cacert, NULL) != 1
 				: SSL_CTX_set_default_verify_paths(ctx) != 1) {
 		ERR_error_string_n(ERR_peek_last_error(), buf, sizeof(buf));
 		SSL_CTX_free(ctx);
-		return err_set(-EINVAL, "redis: cannot load cacert=%s (%s)", cacert ? cacert : "(system)", buf);
+		return err_set(-EINVAL, "redis: cannot load cacert=%s (%s)", cacert ? cacert : "(system)",
+			       buf);
 	}
 	if (cert && cert[0]) {
 		if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {

@@ -93,12 +93,12 @@ struct zpool {
 	size_t map_len;
 	uint32_t lru_head, lru_tail;
 	_Atomic uint64_t max_bytes; /* the capacity now */
-	uint64_t open_bytes; /* max= at open: what blocks and address space were sized for */
-	size_t reject_len; /* compressed length above which a page is refused as incompressible */
+	uint64_t open_bytes;        /* max= at open: what blocks and address space were sized for */
+	size_t reject_len;          /* compressed length above which a page is refused as incompressible */
 	struct zblock *blocks;
 	struct zclass cls[ZP_NR_CLASSES];
-	uint64_t data_bytes; /* compressed bytes held (headers not counted) */
-	uint64_t obj_bytes;  /* bytes of live objects, rounding and headers included */
+	uint64_t data_bytes;        /* compressed bytes held (headers not counted) */
+	uint64_t obj_bytes;         /* bytes of live objects, rounding and headers included */
 	_Atomic uint64_t committed; /* bytes of pool memory touched and not given back (read unlocked) */
 	uint64_t nr_objs;
 	struct codec codec;

@@ -38,7 +38,8 @@ static int parse(int argc, char **argv, struct core_opts *o)
 			o->json = true;
 		} else if (!strcmp(a, "--size") && v) {
 			if (uswap_parse_size(v, 1, &o->size) || o->size < 64 * PS)
-				return cli_usage_error("bench core: --size \"%s\" is not a size of 256K or more", v);
+				return cli_usage_error(
+					"bench core: --size \"%s\" is not a size of 256K or more", v);
 			i++;
 		} else if (!strcmp(a, "--tiers") && v) {
 			o->tiers = v;
@@ -102,7 +103,8 @@ int bench_core(int argc, char **argv)
 
 	t0 = cli_now();
 	for (size_t p = 0; p < npages; p++) {
-		int n = LZ4_compress_default((const char *)data + p * PS, (char *)cbuf + pos, PS, LZ4_compressBound(PS));
+		int n = LZ4_compress_default((const char *)data + p * PS, (char *)cbuf + pos, PS,
+					     LZ4_compressBound(PS));
 
 		off[p] = pos;
 		pos += (uint64_t)n;
@@ -166,7 +168,8 @@ int bench_core(int argc, char **argv)
 	double meta_pp = st.pages ? (double)st.meta_bytes / (double)st.pages : 0;
 	double util = zpool_used ? (double)zpool_data / (double)zpool_used : 0;
 	double ratio = zpool_data ? (double)(zpool_pages * PS) / (double)zpool_data : 0;
-	double eff = used_all + st.meta_bytes ? (double)(st.pages * PS) / (double)(used_all + st.meta_bytes) : 0;
+	double eff =
+		used_all + st.meta_bytes ? (double)(st.pages * PS) / (double)(used_all + st.meta_bytes) : 0;
 
 	if (o.json) {
 		printf("{\"bench\":\"core\",\"tiers\":\"%s\",\"size_bytes\":%llu,\"folio_pages\":%zu,"
@@ -180,25 +183,27 @@ int bench_core(int argc, char **argv)
 		       "\"targets\":{\"metadata_bytes_per_page\":\"<=16\",\"pool_utilization\":\">=0.85\","
 		       "\"store_vs_raw\":\">=0.8\",\"load_vs_raw\":\">=0.8\"}}\n",
 		       o.tiers, (unsigned long long)o.size, o.folio, npages, (unsigned long long)st.pages,
-		       rejected_pages, store_mb_s, load_mb_s, raw_c, raw_d, store_mb_s / raw_c, load_mb_s / raw_d,
-		       meta_pp, util, ratio, eff, (double)(npages * PS) / (double)pos, bad ? "false" : "true", bad);
+		       rejected_pages, store_mb_s, load_mb_s, raw_c, raw_d, store_mb_s / raw_c,
+		       load_mb_s / raw_d, meta_pp, util, ratio, eff, (double)(npages * PS) / (double)pos,
+		       bad ? "false" : "true", bad);
 	} else {
-		printf("uswap bench core: %zu MiB, tiers \"%s\", folios of %zu pages\n", npages * PS >> 20, o.tiers,
-		       o.folio);
-		printf("  stored %llu pages, rejected %zu (no tier took them)\n", (unsigned long long)st.pages,
-		       rejected_pages);
+		printf("uswap bench core: %zu MiB, tiers \"%s\", folios of %zu pages\n", npages * PS >> 20,
+		       o.tiers, o.folio);
+		printf("  stored %llu pages, rejected %zu (no tier took them)\n",
+		       (unsigned long long)st.pages, rejected_pages);
 		printf("  store   %8.1f MB/s   raw lz4 compress   %8.1f MB/s   ratio %.3f (target >= 0.8)\n",
 		       store_mb_s, raw_c, store_mb_s / raw_c);
 		printf("  load    %8.1f MB/s   raw lz4 decompress %8.1f MB/s   ratio %.3f (target >= 0.8)\n",
 		       load_mb_s, raw_d, load_mb_s / raw_d);
-		printf("  metadata %.2f bytes/page (target <= 16), pool utilization %.3f (target >= 0.85)\n", meta_pp,
-		       util);
+		printf("  metadata %.2f bytes/page (target <= 16), pool utilization %.3f (target >= 0.85)\n",
+		       meta_pp, util);
 		printf("  compression ratio %.2f in the pool, %.2f overall; data verified: %s\n", ratio, eff,
 		       bad ? "NO" : "yes");
 		for (unsigned t = 0; t < st.nr_tiers; t++)
-			printf("  tier %u %-24s pages %10llu  data %8.1f MiB  used %8.1f MiB  rejects %llu\n", t,
-			       st.tier[t].spec, (unsigned long long)st.tier[t].pages,
-			       (double)st.tier[t].data_bytes / 1048576.0, (double)st.tier[t].used_bytes / 1048576.0,
+			printf("  tier %u %-24s pages %10llu  data %8.1f MiB  used %8.1f MiB  rejects %llu\n",
+			       t, st.tier[t].spec, (unsigned long long)st.tier[t].pages,
+			       (double)st.tier[t].data_bytes / 1048576.0,
+			       (double)st.tier[t].used_bytes / 1048576.0,
 			       (unsigned long long)st.tier[t].rejects);
 	}
 	uswap_destroy(u);

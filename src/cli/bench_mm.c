@@ -31,8 +31,8 @@
 #include "util/pagegen.h"
 #include "uswap.h"
 
-#define PS          4096ul
-#define NR_LAT      (1u << 20)
+#define PS     4096ul
+#define NR_LAT (1u << 20)
 
 struct mm_opts {
 	uint64_t size, limit, touches;
@@ -124,7 +124,8 @@ static int parse(int argc, char **argv, struct mm_opts *o)
 			i++;
 		} else if (!strcmp(a, "--fault-mode") && v) {
 			if (strcmp(v, "handler") && strcmp(v, "sigbus"))
-				return cli_usage_error("bench mm: --fault-mode is handler or sigbus, not \"%s\"", v);
+				return cli_usage_error(
+					"bench mm: --fault-mode is handler or sigbus, not \"%s\"", v);
 			o->sigbus = !strcmp(v, "sigbus");
 			i++;
 		} else if (!strcmp(a, "--remove-events")) {
@@ -321,7 +322,7 @@ struct pattern_result {
  */
 struct tier_loads {
 	struct uswap *u;
-	int pool;                       /* the first zpool tier, or -1 */
+	int pool; /* the first zpool tier, or -1 */
 	unsigned others[USWAP_MAX_TIERS];
 	unsigned nr_others;
 };
@@ -372,8 +373,8 @@ static double touch_mm(struct uswap_mm *m, unsigned char *base, const uint32_t *
 
 		(*(volatile uint64_t *)(base + (uint64_t)seq[i] * PS))++;
 		c1 = __rdtsc();
-		if (tl.pool >= 0 && pool_loads(&tl) != p0 &&
-		    other_loads(&tl) == o0 && kinds[seq[i]] == PG_TEXT && *nr_lat < NR_LAT)
+		if (tl.pool >= 0 && pool_loads(&tl) != p0 && other_loads(&tl) == o0 &&
+		    kinds[seq[i]] == PG_TEXT && *nr_lat < NR_LAT)
 			lat[(*nr_lat)++] = (uint32_t)((double)(c1 - c0) / tsc_per_us * 1000.0); /* ns */
 	}
 	return cli_now() - t0;
@@ -449,7 +450,8 @@ static void *uffd_floor_main(void *arg)
 			continue;
 		if (msg.event != UFFD_EVENT_PAGEFAULT)
 			continue;
-		struct uffdio_copy c = {.dst = msg.arg.pagefault.address & ~(PS - 1), .src = (uintptr_t)f->zero, .len = PS};
+		struct uffdio_copy c = {
+			.dst = msg.arg.pagefault.address & ~(PS - 1), .src = (uintptr_t)f->zero, .len = PS};
 
 		ioctl(f->uffd, UFFDIO_COPY, &c);
 	}
@@ -471,7 +473,8 @@ static double uffd_floor_us(size_t len)
 		goto out;
 	memset(f.zero, 0, PS);
 	madvise(p, len, MADV_NOHUGEPAGE);
-	struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len}, .mode = UFFDIO_REGISTER_MODE_MISSING};
+	struct uffdio_register reg = {.range = {.start = (uintptr_t)p, .len = len},
+				      .mode = UFFDIO_REGISTER_MODE_MISSING};
 
 	if (ioctl(f.uffd, UFFDIO_REGISTER, &reg) || pthread_create(&th, NULL, uffd_floor_main, &f))
 		goto out;
@@ -580,8 +583,8 @@ int bench_mm(int argc, char **argv)
 
 	printf("{\"size_bytes\":%llu,\"limit_bytes\":%llu,\"tiers\":\"%s\",\"fault_mode\":\"%s\","
 	       "\"touches_per_pattern\":%llu,\"fill_s\":%.2f,\"patterns\":{",
-	       (unsigned long long)o.size, (unsigned long long)o.limit, o.tiers, o.sigbus ? "sigbus" : "handler",
-	       (unsigned long long)o.touches, fill_s);
+	       (unsigned long long)o.size, (unsigned long long)o.limit, o.tiers,
+	       o.sigbus ? "sigbus" : "handler", (unsigned long long)o.touches, fill_s);
 	for (unsigned k = 0; k < 3; k++) {
 		struct pattern_result *r = &res[k];
 
@@ -595,22 +598,25 @@ int bench_mm(int argc, char **argv)
 		       r->lru_misses ? (double)r->swapins / (double)r->lru_misses : 0.0, r->p50_us, r->p99_us,
 		       (unsigned long long)r->nr_lat, kernel_us > 0 ? r->p50_us / kernel_us : 0.0);
 	}
-	printf("},\"kernel_fault_us\":%.3f,\"uffd_floor_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_kernel\":%.2f,"
-	       "\"first_touch_vs_uffd_floor\":%.2f,\"rand_fault_vs_uffd_floor\":%.2f,\"handler_swapin_us_p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
-	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"wp_faults\":%llu,\"readahead_pages\":%llu,\"store_failures\":%llu,"
+	printf("},\"kernel_fault_us\":%.3f,\"uffd_floor_us\":%.3f,\"first_touch_us\":%.3f,\"first_touch_vs_"
+	       "kernel\":%.2f,"
+	       "\"first_touch_vs_uffd_floor\":%.2f,\"rand_fault_vs_uffd_floor\":%.2f,\"handler_swapin_us_"
+	       "p50\":%.2f,\"handler_swapin_us_p99\":%.2f,\"direct_reclaims\":%llu,"
+	       "\"evictions\":%llu,\"clean_evictions\":%llu,\"wp_faults\":%llu,\"readahead_pages\":%llu,"
+	       "\"store_failures\":%llu,"
 	       "\"mm_meta_bytes_per_page\":%.2f,\"swap_meta_bytes_per_page\":%.2f,"
 	       "\"discards_reported\":%s,\"tlb_flushes_per_evicted_page\":%.3f,\"evict_us_per_page\":%.2f,"
 	       "\"bad_pages\":%llu,\"verified\":%s}\n",
 	       kernel_us, floor_us, first_mm_us, kernel_us > 0 ? first_mm_us / kernel_us : 0.0,
 	       floor_us > 0 ? first_mm_us / floor_us : 0.0, floor_us > 0 ? res[1].p50_us / floor_us : 0.0,
-	       st.swapin_ns_p50 / 1e3,
-	       st.swapin_ns_p99 / 1e3, (unsigned long long)st.direct_reclaims,
+	       st.swapin_ns_p50 / 1e3, st.swapin_ns_p99 / 1e3, (unsigned long long)st.direct_reclaims,
 	       (unsigned long long)st.evictions, (unsigned long long)st.clean_evictions,
 	       (unsigned long long)st.wp_faults, (unsigned long long)st.readahead_pages,
 	       (unsigned long long)st.store_failures, (double)st.meta_bytes / (double)npages,
 	       ss.pages ? (double)ss.meta_bytes / (double)ss.pages : 0.0, o.remove_events ? "false" : "true",
 	       evicted && tlb1 >= tlb0 ? (double)(tlb1 - tlb0) / (double)evicted : 0.0,
-	       evicted ? (double)(st.reclaim_ns - st0.reclaim_ns - (st.reclaim_store_ns - st0.reclaim_store_ns)) /
+	       evicted ? (double)(st.reclaim_ns - st0.reclaim_ns -
+				  (st.reclaim_store_ns - st0.reclaim_store_ns)) /
 				 1e3 / (double)evicted
 		       : 0.0,
 	       (unsigned long long)bad, bad ? "false" : "true");

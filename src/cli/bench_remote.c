@@ -24,9 +24,9 @@
 #include "cli/cli.h"
 #include "uswap.h"
 
-#define PG USWAP_PAGE_SIZE
+#define PG     USWAP_PAGE_SIZE
 #define NR_LAT 2000
-#define FOLIO 64
+#define FOLIO  64
 
 static double now_us(void)
 {
@@ -48,11 +48,12 @@ static double median(double *v, size_t n)
 
 static int free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t len = sizeof(a);
 	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
 
-	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) && !getsockname(fd, (struct sockaddr *)&a, &len))
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &len))
 		port = ntohs(a.sin_port);
 	if (fd >= 0)
 		close(fd);
@@ -77,13 +78,46 @@ static int run_in(const char *dir, const char *const *argv)
 /* A CA (ca.crt) and a certificate it signed for 127.0.0.1 (s.crt, s.key) in @dir. Return: 0 or -1. */
 static int make_certs(const char *dir)
 {
-	static const char *const ca[] = { "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-		"ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-		"-subj", "/CN=uswap bench CA", NULL };
-	static const char *const srv[] = { "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-		"ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "s.key", "-out", "s.crt", "-days", "1",
-		"-subj", "/CN=localhost", "-CA", "ca.crt", "-CAkey", "ca.key", "-addext",
-		"subjectAltName=IP:127.0.0.1", NULL };
+	static const char *const ca[] = {"openssl",
+					 "req",
+					 "-x509",
+					 "-newkey",
+					 "ec",
+					 "-pkeyopt",
+					 "ec_paramgen_curve:prime256v1",
+					 "-nodes",
+					 "-keyout",
+					 "ca.key",
+					 "-out",
+					 "ca.crt",
+					 "-days",
+					 "1",
+					 "-subj",
+					 "/CN=uswap bench CA",
+					 NULL};
+	static const char *const srv[] = {"openssl",
+					  "req",
+					  "-x509",
+					  "-newkey",
+					  "ec",
+					  "-pkeyopt",
+					  "ec_paramgen_curve:prime256v1",
+					  "-nodes",
+					  "-keyout",
+					  "s.key",
+					  "-out",
+					  "s.crt",
+					  "-days",
+					  "1",
+					  "-subj",
+					  "/CN=localhost",
+					  "-CA",
+					  "ca.crt",
+					  "-CAkey",
+					  "ca.key",
+					  "-addext",
+					  "subjectAltName=IP:127.0.0.1",
+					  NULL};
 
 	return run_in(dir, ca) || run_in(dir, srv) ? -1 : 0;
 }
@@ -112,14 +146,15 @@ static pid_t spawn_server(char *dir, int *port, int *tls_port)
 	pid = fork();
 	if (!pid) {
 		if (*tls_port)
-			execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--dir", dir,
-			       "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile",
-			       "redis.log", "--tls-port", tps, "--tls-cert-file", cert, "--tls-key-file", key,
-			       "--tls-ca-cert-file", ca, "--tls-auth-clients", "no", (char *)NULL);
+			execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--dir",
+			       dir, "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
+			       "--logfile", "redis.log", "--tls-port", tps, "--tls-cert-file", cert,
+			       "--tls-key-file", key, "--tls-ca-cert-file", ca, "--tls-auth-clients", "no",
+			       (char *)NULL);
 		else
-			execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--dir", dir,
-			       "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--logfile",
-			       "redis.log", (char *)NULL);
+			execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--dir",
+			       dir, "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
+			       "--logfile", "redis.log", (char *)NULL);
 		_exit(127);
 	}
 	for (int i = 0; i < 500 && pid > 0; i++) {
@@ -130,7 +165,7 @@ static pid_t spawn_server(char *dir, int *port, int *tls_port)
 			redisFree(c);
 		if (up)
 			return pid;
-		nanosleep(&(struct timespec){ 0, 10 * 1000 * 1000 }, NULL);
+		nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 	}
 	return -1;
 }
@@ -138,7 +173,7 @@ static pid_t spawn_server(char *dir, int *port, int *tls_port)
 /* Remove what the bench put in @dir: certificates, the server's log. */
 static void clean_dir(const char *dir)
 {
-	static const char *const files[] = { "redis.log", "ca.crt", "ca.key", "s.crt", "s.key" };
+	static const char *const files[] = {"redis.log", "ca.crt", "ca.key", "s.crt", "s.key"};
 	char path[96];
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -150,7 +185,8 @@ static void clean_dir(const char *dir)
 
 int bench_remote(int argc, char **argv)
 {
-	static unsigned char pages[FOLIO * PG], back[FOLIO * PG], sealed[PG + crypto_aead_xchacha20poly1305_ietf_ABYTES];
+	static unsigned char pages[FOLIO * PG], back[FOLIO * PG],
+		sealed[PG + crypto_aead_xchacha20poly1305_ietf_ABYTES];
 	static double lat[NR_LAT], lat1[2][NR_LAT];
 	static uswap_id_t ids[2][2048 + 256];
 	char host[64] = "127.0.0.1", tls_host[64] = "127.0.0.1", dir[] = "/tmp/uswap-bench-redis-XXXXXX";
@@ -158,9 +194,9 @@ int bench_remote(int argc, char **argv)
 	int port = 0, tls_port = 0, ret = 1, nr = 1;
 	bool json = false, no_tls = false;
 	pid_t pid = 0;
-	double t, get_us, load_us[2] = { 0, 0 }, st_mb[2] = { 0, 0 }, st1_mb[2] = { 0, 0 }, st_us[2] = { 0, 0 },
-		     st1_us[2] = { 0, 0 }, enc_mb;
-	struct uswap *u[2] = { NULL, NULL };
+	double t, get_us, load_us[2] = {0, 0}, st_mb[2] = {0, 0}, st1_mb[2] = {0, 0}, st_us[2] = {0, 0},
+			  st1_us[2] = {0, 0}, enc_mb;
+	struct uswap *u[2] = {NULL, NULL};
 	unsigned char key[crypto_aead_xchacha20poly1305_ietf_KEYBYTES];
 	unsigned char nonce[crypto_aead_xchacha20poly1305_ietf_NPUBBYTES] = {0};
 
@@ -169,7 +205,8 @@ int bench_remote(int argc, char **argv)
 			json = true;
 		else if (!strcmp(argv[i], "--no-tls"))
 			no_tls = true;
-		else if (!strcmp(argv[i], "--server") && i + 1 < argc && sscanf(argv[++i], "%63[^:]:%d", host, &port) == 2)
+		else if (!strcmp(argv[i], "--server") && i + 1 < argc &&
+			 sscanf(argv[++i], "%63[^:]:%d", host, &port) == 2)
 			;
 		else if (!strcmp(argv[i], "--tls-server") && i + 1 < argc &&
 			 sscanf(argv[++i], "%63[^:]:%d", tls_host, &tls_port) == 2)
@@ -183,7 +220,8 @@ int bench_remote(int argc, char **argv)
 		tls_port = !no_tls; /* asks spawn_server() for a TLS port */
 		pid = spawn_server(dir, &port, &tls_port);
 		if (pid <= 0) {
-			fprintf(stderr, "uswap: bench remote: cannot start redis-server (install redis-server or pass --server)\n");
+			fprintf(stderr, "uswap: bench remote: cannot start redis-server (install "
+					"redis-server or pass --server)\n");
 			return 1;
 		}
 		snprintf(cacert, sizeof(cacert), "%s/ca.crt", dir);
@@ -194,7 +232,8 @@ int bench_remote(int argc, char **argv)
 		pages[i] = (unsigned char)(i * 2654435761u >> 13);
 
 	snprintf(spec[0], sizeof(spec[0]), "redis://%s:%d:prefix=uswap-bench", host, port);
-	snprintf(spec[1], sizeof(spec[1]), "redis://%s:%d:prefix=uswap-bench-tls:cacert=%s", tls_host, tls_port, cacert);
+	snprintf(spec[1], sizeof(spec[1]), "redis://%s:%d:prefix=uswap-bench-tls:cacert=%s", tls_host,
+		 tls_port, cacert);
 	nr = tls_port && !no_tls ? 2 : 1;
 	for (int k = 0; k < nr; k++)
 		if (uswap_create(&u[k], spec[k])) {
@@ -265,19 +304,22 @@ int bench_remote(int argc, char **argv)
 	crypto_aead_xchacha20poly1305_ietf_keygen(key);
 	t = now_us();
 	for (int i = 0; i < 20000; i++) {
-		uint64_t ad[2] = { 1, (uint64_t)i };
+		uint64_t ad[2] = {1, (uint64_t)i};
 
 		memcpy(nonce, &ad[1], sizeof(ad[1]));
 		crypto_aead_xchacha20poly1305_ietf_encrypt(sealed, NULL, pages + (i % FOLIO) * PG, PG,
-							   (const unsigned char *)ad, sizeof(ad), NULL, nonce, key);
+							   (const unsigned char *)ad, sizeof(ad), NULL, nonce,
+							   key);
 	}
 	enc_mb = 20000.0 * PG / (now_us() - t);
 	sodium_memzero(key, sizeof(key));
 	if (json) {
 		printf("{\"redis_get_4k_us\": %.2f, \"load_4k_p50_us\": %.2f, \"load_vs_get\": %.3f, "
-		       "\"store_mb_s\": %.1f, \"store_mb_s_unpipelined\": %.1f, \"pipelined_vs_unpipelined\": %.2f, "
+		       "\"store_mb_s\": %.1f, \"store_mb_s_unpipelined\": %.1f, "
+		       "\"pipelined_vs_unpipelined\": %.2f, "
 		       "\"encrypt_mb_s\": %.1f",
-		       get_us, load_us[0], load_us[0] / get_us, st_mb[0], st1_mb[0], st_mb[0] / st1_mb[0], enc_mb);
+		       get_us, load_us[0], load_us[0] / get_us, st_mb[0], st1_mb[0], st_mb[0] / st1_mb[0],
+		       enc_mb);
 		if (nr == 2)
 			printf(", \"tls_load_4k_p50_us\": %.2f, \"tls_store_mb_s\": %.1f, "
 			       "\"tls_store_mb_s_unpipelined\": %.1f, \"tls_vs_plain_load\": %.3f, "
@@ -285,11 +327,14 @@ int bench_remote(int argc, char **argv)
 			       load_us[1], st_mb[1], st1_mb[1], load_us[1] / load_us[0], st_mb[1] / st_mb[0]);
 		printf("}\n");
 	} else {
-		printf("redis GET 4k p50 %.2f us, layer load 4k p50 %.2f us (%.2fx)\nstore %.1f MB/s pipelined, "
+		printf("redis GET 4k p50 %.2f us, layer load 4k p50 %.2f us (%.2fx)\nstore %.1f MB/s "
+		       "pipelined, "
 		       "%.1f MB/s unpipelined (%.1fx)\nencrypt %.1f MB/s\n",
-		       get_us, load_us[0], load_us[0] / get_us, st_mb[0], st1_mb[0], st_mb[0] / st1_mb[0], enc_mb);
+		       get_us, load_us[0], load_us[0] / get_us, st_mb[0], st1_mb[0], st_mb[0] / st1_mb[0],
+		       enc_mb);
 		if (nr == 2)
-			printf("TLS: layer load 4k p50 %.2f us (%.2fx plain), store %.1f MB/s pipelined (%.2fx plain), "
+			printf("TLS: layer load 4k p50 %.2f us (%.2fx plain), store %.1f MB/s pipelined "
+			       "(%.2fx plain), "
 			       "%.1f MB/s unpipelined\n",
 			       load_us[1], load_us[1] / load_us[0], st_mb[1], st_mb[1] / st_mb[0], st1_mb[1]);
 	}

@@ -78,10 +78,10 @@ static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
 } benches[] = {
-	{ "core", bench_core },
-	{ "remote", bench_remote },
-	{ "file", bench_file },
-	{ "mm", bench_mm },
+	{"core", bench_core},
+	{"remote", bench_remote},
+	{"file", bench_file},
+	{"mm", bench_mm},
 };
 
 int cmd_bench(int argc, char **argv)

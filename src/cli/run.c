@@ -32,7 +32,8 @@
 #include "uswap.h"
 
 static const char run_usage[] =
-	"usage: uswap run --limit SIZE|N%|auto[...] [--tiers SPEC] [--folio SIZE] [--fork-child own|plain] [--stats]\n"
+	"usage: uswap run --limit SIZE|N%|auto[...] [--tiers SPEC] [--folio SIZE] [--fork-child own|plain] "
+	"[--stats]\n"
 	"                 [--stats-json FILE] -- PROGRAM [ARGS...]\n"
 	"  --limit SIZE       memory for the program's anonymous pages: 512M, 2G, 25% of RAM (required);\n"
 	"                     auto[:stall=PCT][:min=SIZE][:max=SIZE] finds it: lowered while the program\n"
@@ -45,7 +46,8 @@ static const char run_usage[] =
 	"                     limit, for the memory it adds; the default) or plain (unmanaged)\n"
 	"  --stats            print a summary to stderr when the program exits\n"
 	"  --stats-json FILE  write the summary to FILE as JSON\n"
-	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, USWAP_FORK_CHILD,\n"
+	"Environment for the preload library alone: USWAP_LIMIT, USWAP_TIERS, USWAP_FOLIO, "
+	"USWAP_FORK_CHILD,\n"
 	"USWAP_STATS_JSON, USWAP_POOL_IN_LIMIT.\n";
 
 /* The preload library: next to this binary (build tree), else in ../lib of it (installed). */
@@ -53,8 +55,8 @@ static int find_preload(char *out, size_t len)
 {
 	char self[PATH_MAX - 64];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	static const char *rel[] = { "libuswap-preload.so", "../lib/libuswap-preload.so",
-				     "../lib/x86_64-linux-gnu/libuswap-preload.so" };
+	static const char *rel[] = {"libuswap-preload.so", "../lib/libuswap-preload.so",
+				    "../lib/x86_64-linux-gnu/libuswap-preload.so"};
 
 	if (n <= 0)
 		return -1;
@@ -98,7 +100,8 @@ static const char *unservable(const char *path)
 		close(fd);
 		return NULL;
 	}
-	if (n != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) || eh.e_ident[EI_CLASS] != ELFCLASS64) {
+	if (n != (ssize_t)sizeof(eh) || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+	    eh.e_ident[EI_CLASS] != ELFCLASS64) {
 		close(fd);
 		return NULL;
 	}
@@ -106,7 +109,8 @@ static const char *unservable(const char *path)
 	for (unsigned i = 0; i < eh.e_phnum; i++) {
 		Elf64_Phdr ph;
 
-		if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) != sizeof(ph))
+		if (pread(fd, &ph, sizeof(ph), (off_t)(eh.e_phoff + (uint64_t)i * eh.e_phentsize)) !=
+		    sizeof(ph))
 			break;
 		dynamic |= ph.p_type == PT_INTERP;
 	}
@@ -209,7 +213,8 @@ static void summarize(int child, const char *stats, bool summary)
 			if (main)
 				live_print_json(f, main, desc, nd);
 			else
-				fprintf(f, "{\"pid\":%d,\"error\":\"no statistics were published\"}\n", child);
+				fprintf(f, "{\"pid\":%d,\"error\":\"no statistics were published\"}\n",
+					child);
 			fclose(f);
 		}
 	}
@@ -224,8 +229,9 @@ static void summarize(int child, const char *stats, bool summary)
 			if (desc[i].mm.evicted_pages + desc[i].mm.swapin_pages == 0)
 				continue;
 			if (!shown)
-				fprintf(stderr, "uswap: programs it started that swapped (each with an instance and a "
-					"limit of its own):\n");
+				fprintf(stderr, "uswap: programs it started that swapped (each with an "
+						"instance and a "
+						"limit of its own):\n");
 			if (shown++ < SUMMARY_MAX_DESC) {
 				fputs("uswap: ", stderr);
 				live_print_text(stderr, &desc[i]);
@@ -249,7 +255,7 @@ static void summarize(int child, const char *stats, bool summary)
 
 static int run_and_wait(const char *prog, char *const argv[], const char *stats, bool summary)
 {
-	struct sigaction sa = { .sa_handler = forward }, ign = { .sa_handler = SIG_IGN }, old_int, old_quit;
+	struct sigaction sa = {.sa_handler = forward}, ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
 	int st;
 	char me[32];
 	pid_t runner = getpid();
@@ -297,7 +303,7 @@ static int run_and_wait(const char *prog, char *const argv[], const char *stats,
 	summarize((int)g_child, stats, summary);
 	if (WIFSIGNALED(st)) {
 		int sig = WTERMSIG(st);
-		struct rlimit no_core = { 0, 0 };
+		struct rlimit no_core = {0, 0};
 
 		/*
 		 * Not a core of our own: the program's is the one wanted, and with the default pattern
@@ -366,10 +372,11 @@ int cmd_run(int argc, char **argv)
 		return cli_usage_error("run: --limit is required (e.g. --limit 512M or --limit 25%%)");
 	if (uswap_parse_limit(limit, &lo))
 		return cli_usage_error("run: --limit: %s", uswap_errmsg());
-	if ((lo.limit_bytes && lo.limit_bytes < (4u << 20)) || (lo.auto_min_bytes && lo.auto_min_bytes < (4u << 20)))
+	if ((lo.limit_bytes && lo.limit_bytes < (4u << 20)) ||
+	    (lo.auto_min_bytes && lo.auto_min_bytes < (4u << 20)))
 		return cli_usage_error("run: --limit \"%s\": a limit of 4M or more", limit);
-	if (folio && (uswap_parse_size(folio, 0, &folio_bytes) || folio_bytes < 4096 || folio_bytes > (2u << 20) ||
-		      (folio_bytes & (folio_bytes - 1))))
+	if (folio && (uswap_parse_size(folio, 0, &folio_bytes) || folio_bytes < 4096 ||
+		      folio_bytes > (2u << 20) || (folio_bytes & (folio_bytes - 1))))
 		return cli_usage_error("run: --folio \"%s\" is not a power of two from 4K to 2M", folio);
 	if (fork_child && strcmp(fork_child, "own") && strcmp(fork_child, "plain"))
 		return cli_usage_error("run: --fork-child \"%s\" is neither own nor plain", fork_child);
@@ -384,7 +391,8 @@ int cmd_run(int argc, char **argv)
 		return 2;
 	}
 	if (find_preload(preload, sizeof(preload))) {
-		fprintf(stderr, "uswap: run: libuswap-preload.so not found next to this program or in ../lib\n");
+		fprintf(stderr,
+			"uswap: run: libuswap-preload.so not found next to this program or in ../lib\n");
 		return 2;
 	}
 	if (cli_find_program(argv[i], prog, sizeof(prog))) {

@@ -42,7 +42,8 @@ static double mib(uint64_t b)
 /* The limit's history as one line of marks, low to high (UTF-8 blocks where the locale takes them). */
 static void print_hist(FILE *f, const struct live_hist *h)
 {
-	static const char *blocks[] = { "\u2581", "\u2582", "\u2583", "\u2584", "\u2585", "\u2586", "\u2587", "\u2588" };
+	static const char *blocks[] = {"\u2581", "\u2582", "\u2583", "\u2584",
+				       "\u2585", "\u2586", "\u2587", "\u2588"};
 	static const char ascii[] = "_.-~=+*#";
 	const char *lang = getenv("LC_ALL");
 	uint64_t lo = UINT64_MAX, hi = 0;
@@ -59,7 +60,8 @@ static void print_hist(FILE *f, const struct live_hist *h)
 	}
 	if (h->n < 2)
 		return;
-	fprintf(f, "  limit over the run (a mark every %.0f s, %.1f to %.1f MiB): ", h->step_ms / 1000.0, mib(lo), mib(hi));
+	fprintf(f, "  limit over the run (a mark every %.0f s, %.1f to %.1f MiB): ", h->step_ms / 1000.0,
+		mib(lo), mib(hi));
 	for (uint32_t i = 1; i < h->n && i < LIVE_HIST; i++) {
 		unsigned k = hi > lo ? (unsigned)((h->limit[i] - lo) * 7 / (hi - lo)) : 3;
 
@@ -78,40 +80,46 @@ void live_print_text(FILE *f, const struct live_stats *l)
 
 	fprintf(f, "pid %d (%.*s)%s  tiers %s\n", l->pid, (int)sizeof(l->comm), l->comm,
 		l->exited == LIVE_DEAD ? " (dead: killed or crashed; its last figures)"
-		: l->exited	       ? " (exited)"
+		: l->exited            ? " (exited)"
 				       : "",
 		l->tiers);
 	fprintf(f, "  resident %.1f MiB of %.1f MiB limit (", mib(m->resident_bytes), mib(m->limit_bytes));
 	if (l->budget_bytes && m->limit_bytes)
-		fprintf(f, "%.1f MiB less the pool's %.1f; ", mib(l->budget_bytes), mib(l->budget_bytes - m->limit_bytes));
+		fprintf(f, "%.1f MiB less the pool's %.1f; ", mib(l->budget_bytes),
+			mib(l->budget_bytes - m->limit_bytes));
 	fprintf(f, "inactive %.1f), swapped %.1f MiB, regions %llu (%.1f MiB)\n", mib(m->inactive_bytes),
 		mib(m->swapped_bytes), (unsigned long long)m->regions, mib(m->region_bytes));
-	fprintf(f, "  swap-ins %llu (%llu pages, %llu read ahead), p50 %.1f us, p99 %.1f us; soft faults %llu; "
-	       "evictions %llu (%llu pages, %llu clean); store failures %llu, load failures %llu\n",
-	       (unsigned long long)m->swapins, (unsigned long long)m->swapin_pages,
-	       (unsigned long long)m->readahead_pages, m->swapin_ns_p50 / 1e3,
-	       m->swapin_ns_p99 / 1e3, (unsigned long long)m->soft_faults, (unsigned long long)m->evictions,
-	       (unsigned long long)m->evicted_pages, (unsigned long long)m->clean_evictions,
-	       (unsigned long long)m->store_failures, (unsigned long long)m->load_failures);
-	fprintf(f, "  %-28s %10s %10s %10s %6s %10s %10s %9s %9s %7s\n", "tier", "pages", "data MiB", "used MiB",
-	       "ratio", "stores", "loads", "wb in", "wb out", "errors");
+	fprintf(f,
+		"  swap-ins %llu (%llu pages, %llu read ahead), p50 %.1f us, p99 %.1f us; soft faults %llu; "
+		"evictions %llu (%llu pages, %llu clean); store failures %llu, load failures %llu\n",
+		(unsigned long long)m->swapins, (unsigned long long)m->swapin_pages,
+		(unsigned long long)m->readahead_pages, m->swapin_ns_p50 / 1e3, m->swapin_ns_p99 / 1e3,
+		(unsigned long long)m->soft_faults, (unsigned long long)m->evictions,
+		(unsigned long long)m->evicted_pages, (unsigned long long)m->clean_evictions,
+		(unsigned long long)m->store_failures, (unsigned long long)m->load_failures);
+	fprintf(f, "  %-28s %10s %10s %10s %6s %10s %10s %9s %9s %7s\n", "tier", "pages", "data MiB",
+		"used MiB", "ratio", "stores", "loads", "wb in", "wb out", "errors");
 	for (unsigned t = 0; t < s->nr_tiers; t++) {
 		const struct uswap_tier_stats *ts = &s->tier[t];
 		double ratio = ts->data_bytes ? (double)ts->pages * 4096.0 / (double)ts->data_bytes : 0;
 
-		fprintf(f, "  %-28.28s %10llu %10.1f %10.1f %6.2f %10llu %10llu %9llu %9llu %7llu\n", ts->spec,
-		       (unsigned long long)ts->pages, mib(ts->data_bytes), mib(ts->used_bytes), ratio,
-		       (unsigned long long)ts->stores, (unsigned long long)ts->loads,
-		       (unsigned long long)ts->writeback_in, (unsigned long long)ts->writeback_out,
-		       (unsigned long long)ts->errors);
+		fprintf(f, "  %-28.28s %10llu %10.1f %10.1f %6.2f %10llu %10llu %9llu %9llu %7llu\n",
+			ts->spec, (unsigned long long)ts->pages, mib(ts->data_bytes), mib(ts->used_bytes),
+			ratio, (unsigned long long)ts->stores, (unsigned long long)ts->loads,
+			(unsigned long long)ts->writeback_in, (unsigned long long)ts->writeback_out,
+			(unsigned long long)ts->errors);
 	}
 	fprintf(f, "  metadata: swap layer %.2f MiB, mm %.2f MiB\n", mib(s->meta_bytes), mib(m->meta_bytes));
 	if (m->limit_auto) {
-		double run_s = l->updated_ns > l->started_ns ? (double)(l->updated_ns - l->started_ns) / 1e9 : 0;
+		double run_s =
+			l->updated_ns > l->started_ns ? (double)(l->updated_ns - l->started_ns) / 1e9 : 0;
 
-		fprintf(f, "  limit auto: %.1f MiB now, peak resident %.1f MiB, waited %.2f s on swap-ins (%.2f%% of %.0f s)\n",
+		fprintf(f,
+			"  limit auto: %.1f MiB now, peak resident %.1f MiB, waited %.2f s on swap-ins "
+			"(%.2f%% of %.0f s)\n",
 			mib(l->budget_bytes ? l->budget_bytes : m->limit_bytes), mib(m->peak_resident_bytes),
-			(double)m->stall_ns / 1e9, run_s > 0 ? (double)m->stall_ns / 1e9 / run_s * 100 : 0, run_s);
+			(double)m->stall_ns / 1e9, run_s > 0 ? (double)m->stall_ns / 1e9 / run_s * 100 : 0,
+			run_s);
 		print_hist(f, &l->hist);
 	}
 }
@@ -175,7 +183,8 @@ int live_collect(int run_pid, struct live_stats **out, size_t *nr)
 			continue;
 		if (shm->magic == LIVE_MAGIC && shm->run_pid == run_pid) {
 			if (n == cap) {
-				struct live_stats *bigger = realloc(all, (cap = cap ? 2 * cap : 8) * sizeof(*all));
+				struct live_stats *bigger =
+					realloc(all, (cap = cap ? 2 * cap : 8) * sizeof(*all));
 
 				if (!bigger) {
 					munmap((void *)shm, sizeof(*shm));
@@ -225,7 +234,9 @@ static int stat_run(int pid, bool watch, bool json)
 
 		if (live_collect(pid, &all, &n) || !n) {
 			free(all);
-			fprintf(stderr, "uswap: stat: no statistics for pid %d: is it running under `uswap run`?\n", pid);
+			fprintf(stderr,
+				"uswap: stat: no statistics for pid %d: is it running under `uswap run`?\n",
+				pid);
 			return 1;
 		}
 		if (watch && !json)
@@ -263,8 +274,9 @@ int cmd_stat(int argc, char **argv)
 		} else if (!pid && atoi(argv[i]) > 0)
 			pid = atoi(argv[i]);
 		else
-			return cli_usage_error("stat: unexpected \"%s\" (usage: uswap stat PID [--watch] [--json])",
-					       argv[i]);
+			return cli_usage_error(
+				"stat: unexpected \"%s\" (usage: uswap stat PID [--watch] [--json])",
+				argv[i]);
 	}
 	if (!pid)
 		return cli_usage_error("stat: which PID?");
@@ -273,7 +285,8 @@ int cmd_stat(int argc, char **argv)
 	if (fd < 0 && errno == ENOENT)
 		return stat_run(pid, watch, json);
 	if (fd < 0) {
-		fprintf(stderr, "uswap: stat: no statistics for pid %d (%s): is it running under `uswap run`?\n", pid,
+		fprintf(stderr,
+			"uswap: stat: no statistics for pid %d (%s): is it running under `uswap run`?\n", pid,
 			strerror(errno));
 		return 1;
 	}

@@ -50,8 +50,8 @@ static ssize_t tier_len(const char *spec, const char *s)
 		if (s[i] == '(')
 			depth++;
 		else if (s[i] == ')' && --depth < 0)
-			return err_set(-EINVAL, "\")\" at %zu of \"%s\" closes no \"(\"", (size_t)(s - spec) + i,
-				       spec);
+			return err_set(-EINVAL, "\")\" at %zu of \"%s\" closes no \"(\"",
+				       (size_t)(s - spec) + i, spec);
 	}
 	if (depth)
 		return err_set(-EINVAL, "\"(\" not closed in \"%s\"", spec);
@@ -77,7 +77,8 @@ int config_open_tiers(struct uswap *u, const char *spec, unsigned nr_ctx, bool c
 		if (!len)
 			return err_set(-EINVAL, "empty tier in \"%s\" (a stray comma?)", spec);
 		if (u->nr_tiers == USWAP_MAX_TIERS)
-			return err_set(-EINVAL, "too many tiers in \"%s\": at most %u", spec, USWAP_MAX_TIERS);
+			return err_set(-EINVAL, "too many tiers in \"%s\": at most %u", spec,
+				       USWAP_MAX_TIERS);
 		ops = backend_lookup(s, namelen);
 		if (ops && ops->caps & BACKEND_SEEDS) {
 			while (s[len] && is_seed(s + len + 1)) {

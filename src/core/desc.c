@@ -46,7 +46,8 @@ void desc_table_destroy(struct desc_table *t)
 
 uint64_t desc_table_bytes(const struct desc_table *t)
 {
-	return (uint64_t)atomic_load_explicit(&t->hwm, memory_order_relaxed) * (DESC_CLUSTER * sizeof(struct swap_desc) + sizeof(struct desc_cluster));
+	return (uint64_t)atomic_load_explicit(&t->hwm, memory_order_relaxed) *
+	       (DESC_CLUSTER * sizeof(struct swap_desc) + sizeof(struct desc_cluster));
 }
 
 bool desc_id_valid(const struct desc_table *t, uint64_t id)

@@ -27,13 +27,13 @@ struct swap_desc {
 };
 static_assert(sizeof(struct swap_desc) == 12, "descriptor budget: 12 of the 16 bytes a page may cost");
 
-#define DESC_LOCK 1u
-#define DESC_LIVE 2u
-#define DESC_HEAD 4u
-#define DESC_TIER_SHIFT 3
-#define DESC_TIER_MASK (7u << DESC_TIER_SHIFT)
-#define DESC_NPAGES_SHIFT 6
-#define DESC_NPAGES_MASK (1023u << DESC_NPAGES_SHIFT)
+#define DESC_LOCK          1u
+#define DESC_LIVE          2u
+#define DESC_HEAD          4u
+#define DESC_TIER_SHIFT    3
+#define DESC_TIER_MASK     (7u << DESC_TIER_SHIFT)
+#define DESC_NPAGES_SHIFT  6
+#define DESC_NPAGES_MASK   (1023u << DESC_NPAGES_SHIFT)
 #define DESC_VERSION_SHIFT 16
 
 #define DESC_CLUSTER 512u
@@ -43,16 +43,17 @@ struct desc_cluster {
 	uint32_t prev, next; /* partial-cluster list */
 	uint16_t nr_free;
 	uint8_t on_list;
-	_Atomic uint8_t tiers; /* bit t: a page of tier t may be here (set after publish, cleared by swapoff) */
+	_Atomic uint8_t
+		tiers; /* bit t: a page of tier t may be here (set after publish, cleared by swapoff) */
 };
 
 struct desc_table {
 	struct swap_desc *descs; /* capacity entries, reserved; touched as clusters come into use */
 	struct desc_cluster *clusters;
-	uint32_t nr_clusters;     /* capacity / DESC_CLUSTER */
-	_Atomic uint32_t hwm;     /* clusters ever used; grows under lock, read without it */
-	uint32_t partial;         /* head of clusters with free descriptors, in use before */
-	uint32_t cur;             /* cluster the last allocation came from */
+	uint32_t nr_clusters; /* capacity / DESC_CLUSTER */
+	_Atomic uint32_t hwm; /* clusters ever used; grows under lock, read without it */
+	uint32_t partial;     /* head of clusters with free descriptors, in use before */
+	uint32_t cur;         /* cluster the last allocation came from */
 	uint64_t nr_used;
 	pthread_mutex_t lock;
 };
@@ -83,7 +84,8 @@ static inline unsigned desc_tier(uint32_t meta)
  */
 static inline void desc_note_tier(struct desc_table *t, uint32_t id, unsigned tier)
 {
-	atomic_fetch_or_explicit(&t->clusters[id / DESC_CLUSTER].tiers, (uint8_t)(1u << tier), memory_order_release);
+	atomic_fetch_or_explicit(&t->clusters[id / DESC_CLUSTER].tiers, (uint8_t)(1u << tier),
+				 memory_order_release);
 }
 
 /* Clusters ever used (the scan range of swapoff), and whether cluster @ci may hold pages of @tier. */

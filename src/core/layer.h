@@ -22,9 +22,9 @@ struct uswap {
 
 	/* Movers (writeback, swapoff, compaction) take move_lock and use these buffers. */
 	pthread_mutex_t move_lock;
-	unsigned char *move_buf; /* two pages: a page as its tier stores it, and the plain page */
+	unsigned char *move_buf;  /* two pages: a page as its tier stores it, and the plain page */
 	unsigned char *move_buf2; /* the same for swapoff's second mover */
-	uint32_t *move_owners;   /* MOVE_BATCH */
+	uint32_t *move_owners;    /* MOVE_BATCH */
 
 	/* Background maintenance thread. */
 	pthread_t bg;

@@ -17,8 +17,8 @@
 #include "util/thread.h"
 
 /* Writeback starts when a tier with a tier below passes HI of its capacity and stops under LO. */
-#define WB_HI_PCT 95
-#define WB_LO_PCT 85
+#define WB_HI_PCT    95
+#define WB_LO_PCT    85
 #define BG_PERIOD_MS 100
 
 /* Read page @id of @src as a plain page into @buf and check it against its descriptor. */
@@ -184,7 +184,8 @@ static uint64_t *swapoff_order(struct uswap *u, unsigned tier, size_t *n)
 			uint32_t m = atomic_load_explicit(&d->meta, memory_order_acquire);
 
 			if ((m & DESC_LIVE) && desc_tier(m) == tier)
-				keys[k++] = desc_handle(d, false) << 32 | id; /* a stale handle only costs order */
+				keys[k++] = desc_handle(d, false) << 32 |
+					    id; /* a stale handle only costs order */
 		}
 	}
 	qsort(keys, k, sizeof(*keys), cmp_u64);
@@ -261,7 +262,8 @@ int uswap_swapoff(struct uswap *u, unsigned tier)
 		if (!desc_take_tier_bit(&u->descs, ci, tier))
 			continue;
 		for (uint32_t id = ci * DESC_CLUSTER; id < (ci + 1) * DESC_CLUSTER; id++) {
-			uint32_t m = atomic_load_explicit(&desc_get(&u->descs, id)->meta, memory_order_acquire);
+			uint32_t m =
+				atomic_load_explicit(&desc_get(&u->descs, id)->meta, memory_order_acquire);
 			int ret;
 
 			if (!(m & DESC_LIVE) || desc_tier(m) != tier)

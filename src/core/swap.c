@@ -95,7 +95,7 @@ out_free:
 
 int uswap_create(struct uswap **out, const char *spec)
 {
-	struct uswap_options o = { .tiers = spec };
+	struct uswap_options o = {.tiers = spec};
 
 	return uswap_create_opts(out, &o);
 }
@@ -377,8 +377,8 @@ int uswap_load(struct uswap *u, uswap_id_t id, void *dst, size_t npages)
 	if (!m)
 		return err_set(-ENOENT, "swap id %llu is not live", (unsigned long long)id);
 	if (npages != desc_npages(m))
-		return err_set(-EINVAL, "folio %llu has %u pages, not %zu", (unsigned long long)id, desc_npages(m),
-			       npages);
+		return err_set(-EINVAL, "folio %llu has %u pages, not %zu", (unsigned long long)id,
+			       desc_npages(m), npages);
 	return uswap_load_pages(u, id, 0, npages, dst);
 }
 

@@ -52,8 +52,8 @@ static size_t first_left(const uint8_t *st, size_t n)
  * On -EBUSY, *busy and *busy_len (if @busy) name the pages that would not move. Context: the folios
  * locked. Return: pages demoted, or -errno if none.
  */
-static ssize_t demote_pages(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end, uintptr_t *busy,
-			    size_t *busy_len)
+static ssize_t demote_pages(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end,
+			    uintptr_t *busy, size_t *busy_len)
 {
 	size_t moved = 0;
 	int ret = 0;
@@ -179,7 +179,8 @@ void demote_window_add(struct demote_window *w, struct mm_region *r, size_t fi)
 static void window_unprotect(struct uswap_mm *m, struct demote_window *w)
 {
 	struct mm_region *r = w->r;
-	size_t f0 = region_folio(r, region_addr(r, w->first)), nf = region_folio(r, region_addr(r, w->end - 1)) + 1 - f0;
+	size_t f0 = region_folio(r, region_addr(r, w->first)),
+	       nf = region_folio(r, region_addr(r, w->end - 1)) + 1 - f0;
 	bool held[WINDOW_PAGES], locked[WINDOW_PAGES];
 	size_t run = 0, present = 0;
 	unsigned k = 0;
@@ -239,15 +240,16 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 		for (size_t i = first; i < end;) {
 			size_t c = 0, done = 0;
 
-			while (i + c < end && pg_kind(r->pages[i + c]) == PG_PRESENT && st[i + c - w->first] == 1)
+			while (i + c < end && pg_kind(r->pages[i + c]) == PG_PRESENT &&
+			       st[i + c - w->first] == 1)
 				c++;
 			if (!c) {
 				left += pg_kind(r->pages[i]) == PG_PRESENT;
 				i++;
 				continue;
 			}
-			uffd_copy(m->uffd_shadow, region_shadow(r, i), (const void *)region_addr(r, i), c * MM_PAGE,
-				  false, false, &done);
+			uffd_copy(m->uffd_shadow, region_shadow(r, i), (const void *)region_addr(r, i),
+				  c * MM_PAGE, false, false, &done);
 			done /= MM_PAGE;
 			if (done) {
 				struct iovec *last = nio ? &iov[nio - 1] : NULL;
@@ -302,7 +304,7 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
  * folios after it that can go in the same move (see demote_span()). Return: the last folio handled.
  */
 size_t demote_front(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t want, size_t *scanned,
-			   struct hand_result *res)
+		    struct hand_result *res)
 {
 	size_t f1 = fi + 1, present = folio_present_pages(r, fi), first, end, busy_len = 0, busy_folio = 0;
 	uintptr_t busy = 0;

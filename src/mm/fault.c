@@ -144,8 +144,7 @@ static void after_fault(struct uswap_mm *m)
  * cover is left alone. Return: 0 (served: the access can be retried), -ENOENT not ours, -EFAULT in
  * SIGBUS mode a poisoned page (its swap-in failed): the program's SIGBUS, not ours to serve.
  */
-int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool wp, bool write,
-			 bool adopt)
+int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool wp, bool write, bool adopt)
 {
 	uint64_t t0 = mono_ns();
 	struct mm_region *r;
@@ -193,7 +192,8 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 		poisoned = true;
 	} else {
 		swapin = pg_kind(r->pages[region_page(r, addr)]) == PG_SWAPPED;
-		soft = pg_kind(r->pages[region_page(r, addr)]) == PG_SHADOW; /* inactive: back without a load */
+		soft = pg_kind(r->pages[region_page(r, addr)]) ==
+		       PG_SHADOW; /* inactive: back without a load */
 		if (swapin_around(m, r, fi))
 			ret = 0;
 		else /* without neighbours, or when filling them failed (pages of a vma we cannot fill) */
@@ -270,7 +270,8 @@ static void on_remove(struct uswap_mm *m, uintptr_t start, uintptr_t end)
 					continue;
 				}
 				/* Pages the kernel zaps first are holes that uffd_move() steps over. */
-				uffd_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false, st);
+				uffd_move(m, m->uffd_shadow, region_shadow(r, i), region_addr(r, i), n, false,
+					  st);
 				if (memchr(st, MV_MOVED, n))
 					umadvise((void *)region_shadow(r, i), n * MM_PAGE, MADV_DONTNEED);
 				i += n;

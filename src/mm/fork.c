@@ -92,9 +92,11 @@ static void bring_all_in(struct uswap_mm *m, const struct mm_range *dc, size_t n
 				    (ndc && f > fi && folio_dontfork(r, f, dc, ndc, &k2)))
 					break;
 			}
-			if (f > fi + 1 && swapin_run(m, m->fork_stage, r, fi, (f - fi) << r->folio_shift, false, &nf) &&
+			if (f > fi + 1 &&
+			    swapin_run(m, m->fork_stage, r, fi, (f - fi) << r->folio_shift, false, &nf) &&
 			    nf) {
-				fi += nf - 1; /* the next folio goes by the loop: a run again, or one at a time */
+				fi += nf -
+				      1; /* the next folio goes by the loop: a run again, or one at a time */
 				continue;
 			}
 			folio_lock(&r->folios[fi]);

@@ -159,7 +159,8 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->sigbus = o && o->sigbus_mode;
 	m->discards_reported = o && o->discards_reported;
 	ret = uffd_open(UFFD_FEATURE_MOVE | UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_EVENT_UNMAP |
-				UFFD_FEATURE_EVENT_REMAP | (m->discards_reported ? 0 : UFFD_FEATURE_EVENT_REMOVE) |
+				UFFD_FEATURE_EVENT_REMAP |
+				(m->discards_reported ? 0 : UFFD_FEATURE_EVENT_REMOVE) |
 				(m->sigbus ? UFFD_FEATURE_SIGBUS : 0),
 			&m->uffd);
 	if (ret)
@@ -221,8 +222,9 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	if (m->sigbus) {
 		ret = sigbus_add(m);
 		if (ret) {
-			err_set(ret, ret == -EOPNOTSUPP ? "SIGBUS mode needs the page-fault error code of x86-64"
-							: "too many instances in SIGBUS mode (at most %d)",
+			err_set(ret,
+				ret == -EOPNOTSUPP ? "SIGBUS mode needs the page-fault error code of x86-64"
+						   : "too many instances in SIGBUS mode (at most %d)",
 				MM_SIGBUS_MAX);
 			goto out_stop;
 		}
@@ -433,7 +435,8 @@ int uswap_mm_adopt_forked(struct uswap_mm *m, struct uswap_mm *parent)
 
 	err_clear();
 	if (mm_in_child(m) || !mm_in_child(parent))
-		return err_set(-EINVAL, "uswap_mm_adopt_forked() takes this process's instance and its parent's");
+		return err_set(-EINVAL,
+			       "uswap_mm_adopt_forked() takes this process's instance and its parent's");
 	for (size_t i = 0; i < parent->nr_fork_ranges; i++) {
 		const struct mm_range *rg = &parent->fork_ranges[i];
 
@@ -505,23 +508,27 @@ int uswap_parse_limit(const char *s, struct uswap_mm_options *o)
 			o->limit_auto = 1;
 		} else if (first && !eq) {
 			if (uswap_parse_size(tok, 1, &v) || !v)
-				return err_set(-EINVAL, "limit \"%s\": \"%s\" is not a size (512M, 2G, 25%%) or auto", s,
-					       tok);
+				return err_set(-EINVAL,
+					       "limit \"%s\": \"%s\" is not a size (512M, 2G, 25%%) or auto",
+					       s, tok);
 			o->limit_bytes = v;
 		} else if (o->limit_auto && eq && !strncmp(tok, "stall=", 6)) {
 			if (parse_ppm(eq + 1, &o->auto_stall_ppm))
-				return err_set(-EINVAL, "limit \"%s\": stall \"%s\" is not a percentage 0.01%%..50%%", s,
-					       eq + 1);
+				return err_set(-EINVAL,
+					       "limit \"%s\": stall \"%s\" is not a percentage 0.01%%..50%%",
+					       s, eq + 1);
 		} else if (o->limit_auto && eq && (!strncmp(tok, "min=", 4) || !strncmp(tok, "max=", 4))) {
 			if (uswap_parse_size(eq + 1, 1, &v) || !v)
-				return err_set(-EINVAL, "limit \"%s\": %.3s \"%s\" is not a size", s, tok, eq + 1);
+				return err_set(-EINVAL, "limit \"%s\": %.3s \"%s\" is not a size", s, tok,
+					       eq + 1);
 			if (tok[1] == 'i')
 				o->auto_min_bytes = v;
 			else if (!o->limit_bytes || v < o->limit_bytes)
 				o->limit_bytes = v;
 		} else {
 			return err_set(-EINVAL,
-				       "limit \"%s\": unexpected \"%s\" (SIZE, N%%, auto[:stall=PCT][:min=SIZE][:max=SIZE], "
+				       "limit \"%s\": unexpected \"%s\" (SIZE, N%%, "
+				       "auto[:stall=PCT][:min=SIZE][:max=SIZE], "
 				       "SIZE:auto[:...])",
 				       s, tok);
 		}
@@ -536,8 +543,9 @@ int uswap_parse_limit(const char *s, struct uswap_mm_options *o)
 int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
 	if (m->limit_auto) {
-		uint64_t cur = (m->pool_in_limit ? atomic_load(&m->budget_pages) : atomic_load(&m->limit_pages)) *
-			       MM_PAGE;
+		uint64_t cur =
+			(m->pool_in_limit ? atomic_load(&m->budget_pages) : atomic_load(&m->limit_pages)) *
+			MM_PAGE;
 
 		/* The ceiling; the limit comes under it at once and finds itself below. */
 		atomic_store(&m->auto_max_bytes, limit_bytes);
@@ -608,7 +616,8 @@ int uswap_mm_stats(struct uswap_mm *m, struct uswap_mm_stats *st)
 	st->regions = m->nr_regions;
 	pthread_rwlock_unlock(&m->tbl_lock);
 	st->region_bytes = bytes;
-	st->limit_bytes = atomic_load(&m->limit_pages) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit_pages) * MM_PAGE;
+	st->limit_bytes =
+		atomic_load(&m->limit_pages) >= UINT64_MAX / 4 ? 0 : atomic_load(&m->limit_pages) * MM_PAGE;
 	st->budget_bytes = m->pool_in_limit ? atomic_load(&m->budget_pages) * MM_PAGE : st->limit_bytes;
 	st->limit_auto = m->limit_auto;
 	st->resident_bytes = atomic_load(&m->resident) * MM_PAGE;

@@ -110,8 +110,9 @@ struct mm_region {
 	unsigned owned : 1;   /* from uswap_map(): unmapped by us */
 	uint64_t seq;         /* creation order: events read before it was made do not apply to it */
 	size_t nr_pages, nr_folios;
-	uint64_t *pages;          /* nr_pages words, mm memory (never a registered range) */
-	_Atomic uint64_t *groups; /* bit g: folios [g, g + 1) * FOLIO_GROUP may hold a present or shadow page */
+	uint64_t *pages; /* nr_pages words, mm memory (never a registered range) */
+	_Atomic uint64_t
+		*groups; /* bit g: folios [g, g + 1) * FOLIO_GROUP may hold a present or shadow page */
 	_Atomic uint32_t *folios; /* nr_folios words */
 };
 
@@ -170,15 +171,15 @@ struct mm_handler {
 
 /* A fault's round trip besides the handler's work: what a waiting thread pays on top (docs/results.md#fault-floor). */
 /* limit_auto's defaults: the share of wall time a program may wait (1%), the lowest limit. */
-#define AUTO_STALL_PPM 10000
-#define AUTO_MIN_BYTES (16ull << 20)
+#define AUTO_STALL_PPM    10000
+#define AUTO_MIN_BYTES    (16ull << 20)
 #define MM_FAULT_ROUND_NS 10000
 
 struct mm_counters {
-	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults, evictions, evicted_pages,
-		clean_evictions, demotions, store_failures, load_failures, direct_reclaims, events_remove,
-		events_unmap, events_remap, untracked_faults, busy_folios, retries, sigbus_faults, reclaim_ns, store_ns,
-		stall_ns, load_retries;
+	_Atomic uint64_t zero_fills, swapins, swapin_pages, readahead_pages, soft_faults, wp_faults,
+		evictions, evicted_pages, clean_evictions, demotions, store_failures, load_failures,
+		direct_reclaims, events_remove, events_unmap, events_remap, untracked_faults, busy_folios,
+		retries, sigbus_faults, reclaim_ns, store_ns, stall_ns, load_retries;
 };
 
 /* A range of addresses [start, end). */
@@ -198,7 +199,7 @@ struct uswap_mm {
 	 * mincore), /proc/self/maps (where a vma ends, when a range crosses one: PROCMAP_QUERY).
 	 */
 	bool have_pidfd, have_pagemap, have_maps;
-	pid_t pid;       /* the process that created it: a fork child must not use it */
+	pid_t pid; /* the process that created it: a fork child must not use it */
 
 	pthread_rwlock_t tbl_lock;
 	struct mm_region **tbl;
@@ -208,8 +209,8 @@ struct uswap_mm {
 	/* The limit and its watermarks (reclaim.c sets them). */
 	_Atomic uint64_t limit_pages, high_pages, low_pages, inactive_target_pages;
 	_Atomic uint64_t resident, inactive; /* pages */
-	_Atomic uint64_t swapped, clean; /* pages, the sums of the folio words' counts */
-	_Atomic uint64_t budget_pages; /* pool_in_limit: resident + the layer's memory (0: no limit) */
+	_Atomic uint64_t swapped, clean;     /* pages, the sums of the folio words' counts */
+	_Atomic uint64_t budget_pages;       /* pool_in_limit: resident + the layer's memory (0: no limit) */
 	/*
 	 * pool_in_limit: the memory the pool may hold now (its capacity), moved by reclaim.c's
 	 * pool_balance() between an eighth and half of the budget; 0 when no tier holds memory.
@@ -240,7 +241,7 @@ struct uswap_mm {
 	bool reclaimer_started;
 	_Atomic int forking;
 	_Atomic uint64_t direct_stall_until_ms; /* CLOCK_MONOTONIC ms; see reclaim_run() */
-	_Atomic uint64_t peak_resident; /* pages */
+	_Atomic uint64_t peak_resident;         /* pages */
 	/* limit_auto (reclaim.c's auto_tick(), the reclaimer's alone): bounds, target, last look */
 	bool limit_auto;
 	unsigned auto_stall_ppm, auto_hold;
@@ -253,7 +254,7 @@ struct uswap_mm {
 	_Atomic uintptr_t ft_end[FT_STREAMS]; /* where recent first touches ended (see ft_sequential()) */
 	_Atomic unsigned ft_next;             /* the entry a new stream of first touches replaces */
 	_Atomic int wp_score; /* > 0: clean pages pay off; < 0: their first write faults too often */
-#define WP_SCORE_MAX 256      /* |wp_score| stays within this */
+#define WP_SCORE_MAX  256     /* |wp_score| stays within this */
 #define WP_FAULT_COST 4       /* a write fault on a clean page scores -4, a clean eviction +1 */
 	_Atomic uint64_t wp_probe;
 
@@ -347,8 +348,8 @@ int swapin_folio(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, 
 		 bool wake);
 /* Whole swapped folios from @f0 in one batch (readahead, fork); see swapin.c. */
 #define SWAPIN_RUN_MAX (MM_FOLIO_MAX / MM_PAGE)
-size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
-		  size_t *nf);
+size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max,
+		  bool keep, size_t *nf);
 /*
  * A missing-page fault on untouched folio @fi that continues a stream of first touches: zero-fill it
  * with the untouched folios around it (fault-around). Return: true if done; false: take it alone.
@@ -487,7 +488,8 @@ int uffd_check(void);
 int uffd_register(int uffd, uintptr_t start, size_t len, __u64 mode, __u64 need_ioctls);
 int uffd_copy(int uffd, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
 /* uffd_copy() into the program's range, split where a vma ends. */
-int uffd_copy_vmas(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done);
+int uffd_copy_vmas(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake,
+		   size_t *done);
 /* Where a page is after uffd_move(). */
 enum { MV_LEFT, MV_MOVED, MV_HOLE };
 #define MV_MAX_PAGES (1u << MM_FOLIO_MAX_SHIFT)

@@ -73,7 +73,8 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
 	atomic_store(&m->high_pages, limit_pages - slack / 2);
 	atomic_store(&m->low_pages, limit_pages - slack);
 	/* No limit, no second chances to keep: nothing is evicted. */
-	atomic_store(&m->inactive_target_pages, limit_pages >= UINT64_MAX / 4 ? 0 : limit_pages / 100 * inactive_pct);
+	atomic_store(&m->inactive_target_pages,
+		     limit_pages >= UINT64_MAX / 4 ? 0 : limit_pages / 100 * inactive_pct);
 }
 
 /*
@@ -87,9 +88,9 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  * the pool (their load time plus a fault's round trip per load), it grows back at once (up to half).
  * A program that has not pushed anything below the pool yet is not idle below it for long. The capacity goes to the pool at once; what it holds beyond goes down by writeback.
  */
-#define BALANCE_MS       100
-#define POOL_SHARE_STEP  16    /* budget / 16 */
-#define IDLE_TURNS       10
+#define BALANCE_MS      100
+#define POOL_SHARE_STEP 16 /* budget / 16 */
+#define IDLE_TURNS      10
 
 void reclaim_budget_init(struct uswap_mm *m)
 {
@@ -155,7 +156,8 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 		return false;
 	pool_balance(m, budget * MM_PAGE);
 	pool = (uswap_mem_bytes(m->swap) + MM_PAGE - 1) / MM_PAGE;
-	limit_pages = budget - (pool < budget / USWAP_POOL_SHARE_MAX_DIV ? pool : budget / USWAP_POOL_SHARE_MAX_DIV);
+	limit_pages = budget -
+		      (pool < budget / USWAP_POOL_SHARE_MAX_DIV ? pool : budget / USWAP_POOL_SHARE_MAX_DIV);
 	if (limit_pages == atomic_load(&m->limit_pages))
 		return false;
 	reclaim_set_limit(m, limit_pages, atomic_load(&m->inactive_pct));
@@ -217,7 +219,8 @@ static void auto_tick(struct uswap_mm *m)
 	m->auto_prev_ms = now;
 	m->auto_prev_stall = stall;
 	cur = auto_current(m);
-	use = atomic_load(&m->resident) * MM_PAGE + (m->pool_in_limit && m->swap ? uswap_mem_bytes(m->swap) : 0);
+	use = atomic_load(&m->resident) * MM_PAGE +
+	      (m->pool_in_limit && m->swap ? uswap_mem_bytes(m->swap) : 0);
 	/* A program still growing is not lowered onto: the limit would chase its growth with stalls. */
 	growing = use > m->auto_prev_use + m->auto_prev_use / 64;
 	m->auto_prev_use = use;
@@ -252,7 +255,6 @@ static void auto_tick(struct uswap_mm *m)
 }
 
 /* ---- the hands ---- */
-
 
 /* A store no tier took: the folio goes back where it was, dirty and resident. */
 static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n)
@@ -381,7 +383,6 @@ static uintptr_t hand_addr(struct mm_region *r, size_t fi)
 	return a < r->start ? r->start : a;
 }
 
-
 /*
  * Whether the folios of @r from @fi on (a group's first, or a group word's first with @word) hold no
  * present or shadow page: a clear bit says so; a set one is checked, and cleared when the group is
@@ -484,7 +485,8 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 					res->touched++;
 				} else if (folio_trylock(f)) {
 					v = atomic_load(f);
-					if (batching && (v & FL_PRESENT) && !(v & (FL_SHADOW | FL_REF | FL_PINNED))) {
+					if (batching && (v & FL_PRESENT) &&
+					    !(v & (FL_SHADOW | FL_REF | FL_PINNED))) {
 						if (!demote_window_fits(&win, r, fi)) {
 							res->pages += demote_window_flush(m, &win, res);
 							win.pages = 0;
@@ -500,7 +502,8 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 					res->pages += (size_t)got;
 					batch.r[batch.nr_folios] = r;
 					batch.fi[batch.nr_folios++] = fi;
-					if (batch.nr_folios == BATCH || batch.nr_iov == BATCH || batch.pages >= BATCH)
+					if (batch.nr_folios == BATCH || batch.nr_iov == BATCH ||
+					    batch.pages >= BATCH)
 						batch_flush(m, &batch);
 				} else {
 					folio_unlock(f);
@@ -582,7 +585,9 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 
 			if (now >= UINT64_MAX / 4)
 				break;
-			target = now > limit ? target + (now - limit) : target > limit - now ? target - (limit - now) : 0;
+			target = now > limit            ? target + (now - limit)
+				 : target > limit - now ? target - (limit - now)
+							: 0;
 			limit = now;
 		}
 		res = atomic_load(&m->resident);

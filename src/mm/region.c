@@ -275,7 +275,6 @@ void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 		umadvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
 }
 
-
 /* ---- the table ---- */
 
 int region_table_init(struct uswap_mm *m)
@@ -488,7 +487,7 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 	/* A fork child never sees inactive pages (they are brought back before fork anyway). */
 	umadvise(shadow, len, MADV_DONTFORK);
 	ret = uffd_register(m->uffd_shadow, (uintptr_t)shadow, len, UFFDIO_REGISTER_MODE_MISSING,
-			     1ull << _UFFDIO_MOVE);
+			    1ull << _UFFDIO_MOVE);
 	if (ret) {
 		err_set(ret, "cannot register a shadow range with userfaultfd (%s)", strerror(-ret));
 		goto out_shadow;
@@ -498,7 +497,7 @@ int region_add(struct uswap_mm *m, uintptr_t start, uintptr_t end, unsigned foli
 	/* THP would make eviction split huge pages; folios are the unit here. */
 	umadvise((void *)start, len, MADV_NOHUGEPAGE);
 	ret = uffd_register(m->uffd, start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
-			     need);
+			    need);
 	if (ret) {
 		err_set(ret,
 			"cannot register [%#lx, %#lx) with userfaultfd (%s): it must be private anonymous "
@@ -761,7 +760,8 @@ int region_adopt(struct uswap_mm *m, uintptr_t addr, bool grown_only)
 		return ret;
 	i = region_after(m, addr);
 	/* A vma that grew out of a region holds that region whole. */
-	if (grown_only && !(i > 0 && m->tbl[i - 1]->start >= vs) && !(i < m->nr_regions && m->tbl[i]->end <= ve))
+	if (grown_only && !(i > 0 && m->tbl[i - 1]->start >= vs) &&
+	    !(i < m->nr_regions && m->tbl[i]->end <= ve))
 		return -ENOENT;
 	if (i > 0 && m->tbl[i - 1]->end > vs)
 		vs = m->tbl[i - 1]->end;

@@ -93,7 +93,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 				ret = fault_resolve(m, stage, addr, wp, write, pass == 1);
 				fault_stage_put(m, slot);
 				if (!ret)
-					atomic_fetch_add_explicit(&m->c.sigbus_faults, 1, memory_order_relaxed);
+					atomic_fetch_add_explicit(&m->c.sigbus_faults, 1,
+								  memory_order_relaxed);
 			}
 	}
 	pthread_rwlock_unlock(&sig_lock);
@@ -126,7 +127,8 @@ int sigbus_add(struct uswap_mm *m)
 
 		sigfillset(&sa.sa_mask);
 		if (sigaction(SIGBUS, NULL, &cur) ||
-		    (!((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus) && sigaction(SIGBUS, &sa, &sig_old))) {
+		    (!((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus) &&
+		     sigaction(SIGBUS, &sa, &sig_old))) {
 			ret = -errno;
 			goto out;
 		}
@@ -152,7 +154,8 @@ void sigbus_del(struct uswap_mm *m)
 	if (sig_none()) {
 		struct sigaction cur;
 
-		if (!sigaction(SIGBUS, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_sigbus)
+		if (!sigaction(SIGBUS, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+		    cur.sa_sigaction == on_sigbus)
 			sigaction(SIGBUS, &sig_old, NULL);
 	}
 	pthread_rwlock_unlock(&sig_lock);

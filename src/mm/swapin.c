@@ -57,8 +57,8 @@ static int load_tried(struct uswap_mm *m, uint64_t w, size_t n, unsigned char *s
 {
 	int ret = uswap_load_pages(m->swap, pg_id(w), pg_idx(w), n, stage);
 
-	for (unsigned t = 1, ms = 1; ret && ret != -EBADMSG && ret != -ENOENT && ret != -EINVAL && t < LOAD_TRIES;
-	     t++, ms *= 10) {
+	for (unsigned t = 1, ms = 1;
+	     ret && ret != -EBADMSG && ret != -ENOENT && ret != -EINVAL && t < LOAD_TRIES; t++, ms *= 10) {
 		struct timespec ts = {0, (long)ms * 1000000L};
 
 		atomic_fetch_add(&m->c.load_retries, 1);
@@ -78,8 +78,11 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 	if (ret) {
 		/* The data is gone (tier error, checksum mismatch): never hand out wrong data. */
 		if (atomic_fetch_add(&m->c.load_failures, 1) < LOAD_FAILURES_LOGGED)
-			fprintf(stderr, "uswap: swap-in of %zu page(s) at %#lx failed: %s; they are poisoned (SIGBUS on access)\n",
-				n, (unsigned long)region_addr(r, i), uswap_errmsg()[0] ? uswap_errmsg() : strerror(-ret));
+			fprintf(stderr,
+				"uswap: swap-in of %zu page(s) at %#lx failed: %s; they are poisoned (SIGBUS "
+				"on access)\n",
+				n, (unsigned long)region_addr(r, i),
+				uswap_errmsg()[0] ? uswap_errmsg() : strerror(-ret));
 		uswap_free_pages(m->swap, pg_id(w), pg_idx(w), n);
 		for (size_t j = 0; j < n; j++)
 			r->pages[i + j] = PG_NONE | PG_POISON;
@@ -113,7 +116,8 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i, bool wake)
 {
 	size_t done;
-	int ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), MM_PAGE, false, wake, &done);
+	int ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), MM_PAGE, false, wake,
+				 &done);
 
 	if (ret)
 		return ret;
@@ -129,8 +133,8 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 
 	if (clean && !write) {
 		/* MOVE would map the page writable and lose the protection: copy it in protected. */
-		ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true, wake,
-			      &done);
+		ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true,
+				     wake, &done);
 		dp = done / MM_PAGE;
 		if (dp)
 			umadvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
@@ -159,7 +163,7 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n
 }
 
 int swapin_folio(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi, bool write,
-		   bool wake)
+		 bool wake)
 {
 	size_t first, end, i;
 	bool loaded = false, soft = false;
@@ -232,8 +236,8 @@ static size_t folios_within(struct mm_region *r, size_t f0, size_t f1, size_t fi
  * mapped write-protected (see clean_pays()). Folios not installed stay swapped. Return: pages
  * installed; *@nf: folios installed, from @f0.
  */
-size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max, bool keep,
-		  size_t *nf)
+size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t f0, size_t max,
+		  bool keep, size_t *nf)
 {
 	uswap_id_t ids[SWAPIN_RUN_MAX];
 	uint32_t idx[SWAPIN_RUN_MAX];
@@ -274,7 +278,8 @@ size_t swapin_run(struct uswap_mm *m, unsigned char *stage, struct mm_region *r,
 		for (size_t j = 0; j < dp; j++) {
 			if (!keep)
 				uswap_free_pages(m->swap, ids[j], idx[j], 1);
-			r->pages[first + j] = keep ? pg_make(PG_PRESENT, (uint32_t)ids[j], idx[j], true) : PG_PRESENT;
+			r->pages[first + j] =
+				keep ? pg_make(PG_PRESENT, (uint32_t)ids[j], idx[j], true) : PG_PRESENT;
 		}
 		atomic_fetch_add(&m->resident, dp);
 		atomic_fetch_add(&m->c.swapin_pages, dp);
@@ -407,12 +412,14 @@ static bool ft_sequential(struct uswap_mm *m, uintptr_t fa, uintptr_t fb)
 		uintptr_t e = atomic_load_explicit(&m->ft_end[k], memory_order_relaxed);
 
 		if (e && fa >= e && fa - e < win) {
-			atomic_store_explicit(&m->ft_end[k], we, memory_order_relaxed); /* fb <= we: a folio is smaller */
+			atomic_store_explicit(&m->ft_end[k], we,
+					      memory_order_relaxed); /* fb <= we: a folio is smaller */
 			return true;
 		}
 	}
-	atomic_store_explicit(&m->ft_end[atomic_fetch_add_explicit(&m->ft_next, 1, memory_order_relaxed) % FT_STREAMS],
-			      fb, memory_order_relaxed);
+	atomic_store_explicit(
+		&m->ft_end[atomic_fetch_add_explicit(&m->ft_next, 1, memory_order_relaxed) % FT_STREAMS], fb,
+		memory_order_relaxed);
 	return false;
 }
 
@@ -434,5 +441,6 @@ bool swapin_around(struct uswap_mm *m, struct mm_region *r, size_t fi)
 	region_folio_pages(r, fi, &first, &end);
 	return m->fault_around > (1u << r->folio_shift) && folio_untouched(r, fi) &&
 	       ft_sequential(m, region_addr(r, first), region_addr(r, end)) &&
-	       atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high_pages) && !zero_around(m, r, fi);
+	       atomic_load(&m->resident) + m->fault_around < atomic_load(&m->high_pages) &&
+	       !zero_around(m, r, fi);
 }

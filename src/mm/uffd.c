@@ -182,7 +182,8 @@ static int vma_pages(struct uswap_mm *m, uintptr_t addr, size_t n, size_t *pages
  * crosses from one vma into the next; @wake: each copy wakes the threads waiting in what it filled.
  * *done: bytes copied from the start, also on error.
  */
-int uffd_copy_vmas(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake, size_t *done)
+int uffd_copy_vmas(struct uswap_mm *m, uintptr_t dst, const void *src, size_t len, bool wp, bool wake,
+		   size_t *done)
 {
 	size_t pos = 0, stop = len, d, fit;
 	int ret = 0;
@@ -252,7 +253,8 @@ static int move_pages_of(struct uswap_mm *m, int uffd, uintptr_t dst, uintptr_t 
 		}
 		err = -errno;
 		*erred = true;
-		if (uffd_pages_mapped(m, dst + i * MM_PAGE, w, at_dst) || uffd_pages_mapped(m, src + i * MM_PAGE, w, at_src)) {
+		if (uffd_pages_mapped(m, dst + i * MM_PAGE, w, at_dst) ||
+		    uffd_pages_mapped(m, src + i * MM_PAGE, w, at_src)) {
 			/* A range unmapped under us (its event not applied yet): trust the count. */
 			size_t dp = mv.move > 0 ? (size_t)mv.move / MM_PAGE : 0;
 
@@ -319,7 +321,8 @@ int uffd_wake(int uffd, uintptr_t start, size_t len)
 
 int uffd_protect(int uffd, uintptr_t start, size_t len)
 {
-	struct uffdio_writeprotect wp = {.range = {.start = start, .len = len}, .mode = UFFDIO_WRITEPROTECT_MODE_WP};
+	struct uffdio_writeprotect wp = {.range = {.start = start, .len = len},
+					 .mode = UFFDIO_WRITEPROTECT_MODE_WP};
 
 	return ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) ? -errno : 0;
 }

@@ -125,7 +125,7 @@ static inline bool from_ldso(const void *ret)
  * a malloc that fits takes one back as it is; a block that waits CACHE_AGE_MS, or that newer ones
  * push out (CACHE_SLOTS blocks, and the bytes cache_cap() allows), is dropped and freed.
  */
-#define CACHE_SLOTS 32
+#define CACHE_SLOTS  32
 #define CACHE_AGE_MS 1000
 
 struct cached_block {
@@ -205,9 +205,9 @@ static void cache_put(void *p, size_t size)
 		return;
 	}
 	pthread_mutex_lock(&g_cache_lock);
-	for (size_t bytes = g_cache_bytes; n < g_cache_n && (g_cache_n - n == CACHE_SLOTS ||
-							       bytes + size > cap ||
-							       now - g_cache[n].at_ms >= CACHE_AGE_MS);)
+	for (size_t bytes = g_cache_bytes;
+	     n < g_cache_n &&
+	     (g_cache_n - n == CACHE_SLOTS || bytes + size > cap || now - g_cache[n].at_ms >= CACHE_AGE_MS);)
 		bytes -= g_cache[n++].size;
 	n = cache_pop_oldest(n, out);
 	g_cache[g_cache_n++] = (struct cached_block){p, size, now};
@@ -480,7 +480,8 @@ uintptr_t reserve_heap(uint64_t *heap, bool exact)
 	for (;;) {
 		if (*heap < ARENA_ALIGN)
 			return 0;
-		raw = sys_mmap(NULL, *heap + ARENA_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		raw = sys_mmap(NULL, *heap + ARENA_ALIGN, PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 		if (raw != MAP_FAILED)
 			break;
 		if (exact || errno != ENOMEM)

@@ -157,7 +157,8 @@ ssize_t process_madvise(int pidfd, const struct iovec *iov, size_t n, int advice
 			int ret;
 
 			if (!discard(iov[i].iov_base, iov[i].iov_len, advice, &ret))
-				ret = syscall(SYS_madvise, iov[i].iov_base, iov[i].iov_len, advice) ? -errno : 0;
+				ret = syscall(SYS_madvise, iov[i].iov_base, iov[i].iov_len, advice) ? -errno
+												    : 0;
 			if (ret) {
 				if (done)
 					return done;
@@ -224,7 +225,7 @@ static int lock_current(int how)
 			}
 			v = nv;
 		}
-		v[n++] = (struct span){ a, b };
+		v[n++] = (struct span){a, b};
 	}
 	fclose(f);
 	for (size_t i = 0; i < n && !ret; i++)
@@ -249,8 +250,10 @@ int mlockall(int flags)
 		return -1;
 	}
 	if (!atomic_exchange(&told, true))
-		fprintf(stderr, "uswap: pid %d called mlockall(): its heap and the mappings under the limit "
-				"stay swappable, the rest is locked\n", (int)getpid());
+		fprintf(stderr,
+			"uswap: pid %d called mlockall(): its heap and the mappings under the limit "
+			"stay swappable, the rest is locked\n",
+			(int)getpid());
 	atomic_store(&g_lock_future, flags & MCL_FUTURE ? how + 1 : 0);
 	if ((flags & MCL_CURRENT) && (ret = lock_current(how))) {
 		errno = -ret;
@@ -307,7 +310,7 @@ void closefrom(int low)
 
 int dup2(int old, int new)
 {
-	if (!t_internal && old != new && fd_kept(new)) {
+	if (!t_internal && old != new &&fd_kept(new)) {
 		errno = EBUSY;
 		return -1;
 	}
@@ -316,7 +319,7 @@ int dup2(int old, int new)
 
 int dup3(int old, int new, int flags)
 {
-	if (!t_internal && old != new && fd_kept(new)) {
+	if (!t_internal && old != new &&fd_kept(new)) {
 		errno = EBUSY;
 		return -1;
 	}
@@ -353,7 +356,7 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
 	real_close = (close_fn)dlsym(RTLD_NEXT, "close");
 	if (!t_internal)
 		return real_pthread_create(th, attr, fn, arg);
-	struct tramp t = { .fn = fn, .arg = arg };
+	struct tramp t = {.fn = fn, .arg = arg};
 
 	if (sem_init(&t.taken, 0, 0))
 		return EAGAIN;
@@ -378,7 +381,8 @@ int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)(void *
  * available memory (a line on stderr says the core has zeros there). A program's own handler
  * replaces ours; sigaction() and signal() report the default where ours is installed.
  */
-static const int g_dump_signals[] = { SIGQUIT, SIGILL, SIGTRAP, SIGABRT, SIGBUS, SIGFPE, SIGSEGV, SIGSYS, SIGXCPU, SIGXFSZ };
+static const int g_dump_signals[] = {SIGQUIT, SIGILL,  SIGTRAP, SIGABRT, SIGBUS,
+				     SIGFPE,  SIGSEGV, SIGSYS,  SIGXCPU, SIGXFSZ};
 
 typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 typedef void (*sighandler_fn)(int);
@@ -434,9 +438,11 @@ static void dump_handler(int sig, siginfo_t *si, void *uc)
 		ret = uswap_mm_prepare_dump(g_mm, avail ? avail / 2 : UINT64_MAX);
 		if (ret) {
 			char msg[160];
-			int n = snprintf(msg, sizeof(msg),
-					 "uswap: pid %d: its core has zeros where its memory was swapped out (%s)\n",
-					 (int)getpid(), ret == -ENOMEM ? "more than half the available memory" : "busy");
+			int n = snprintf(
+				msg, sizeof(msg),
+				"uswap: pid %d: its core has zeros where its memory was swapped out (%s)\n",
+				(int)getpid(),
+				ret == -ENOMEM ? "more than half the available memory" : "busy");
 
 			if (write(2, msg, (size_t)n) < 0)
 				n = 0;
@@ -456,8 +462,8 @@ static bool dump_signal(int sig)
 	return false;
 }
 
-static const struct sigaction g_dump_action = { .sa_sigaction = dump_handler,
-						 .sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK | SA_RESTART };
+static const struct sigaction g_dump_action = {
+	.sa_sigaction = dump_handler, .sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK | SA_RESTART};
 static bool g_dump_armed; /* a core was expected at start: ours stands for the default action */
 
 void dump_handlers_install(void)
@@ -488,7 +494,8 @@ static void hide_ours(int sig, struct sigaction *old)
 /* A program that sets the default action (many reset every signal at start) gets ours in its place. */
 static bool sets_default(int sig, const struct sigaction *act)
 {
-	return act && g_dump_armed && dump_signal(sig) && !(act->sa_flags & SA_SIGINFO) && act->sa_handler == SIG_DFL;
+	return act && g_dump_armed && dump_signal(sig) && !(act->sa_flags & SA_SIGINFO) &&
+	       act->sa_handler == SIG_DFL;
 }
 
 int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
@@ -505,14 +512,15 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 
 sighandler_fn signal(int sig, sighandler_fn fn)
 {
-	struct sigaction act = { .sa_handler = fn }, old;
+	struct sigaction act = {.sa_handler = fn}, old;
 
 	if (!real_signal)
 		real_signal = (signal_fn)dlsym(RTLD_NEXT, "signal");
 	if (!sets_default(sig, &act)) {
 		sighandler_fn prev = real_signal(sig, fn);
 
-		return dump_signal(sig) && prev == (sighandler_fn)(void (*)(void))dump_handler ? SIG_DFL : prev;
+		return dump_signal(sig) && prev == (sighandler_fn)(void (*)(void))dump_handler ? SIG_DFL
+											       : prev;
 	}
 	if (sigaction(sig, &act, &old))
 		return SIG_ERR;

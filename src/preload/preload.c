@@ -61,7 +61,7 @@ mmap_fn real_mmap;
 pthread_create_fn real_pthread_create;
 
 struct live_stats *g_live;
-static int32_t g_run_pid;          /* USWAP_RUN: the `uswap run` that collects our figures at the end */
+static int32_t g_run_pid; /* USWAP_RUN: the `uswap run` that collects our figures at the end */
 static pthread_t g_live_thread;
 static char g_stats_json[4096];
 static char g_tiers[256];
@@ -99,7 +99,7 @@ static void *live_main(void *arg)
 {
 	(void)arg;
 	for (;;) {
-		struct timespec ts = { 0, LIVE_PERIOD_MS * 1000000L };
+		struct timespec ts = {0, LIVE_PERIOD_MS * 1000000L};
 
 		if (getpid() != g_pid)
 			return NULL;
@@ -144,7 +144,7 @@ static void live_start(void)
 
 static void write_stats_json(void)
 {
-	struct live_stats l = { .magic = LIVE_MAGIC, .pid = (int32_t)g_pid, .exited = 1 };
+	struct live_stats l = {.magic = LIVE_MAGIC, .pid = (int32_t)g_pid, .exited = 1};
 	FILE *f;
 
 	if (!g_stats_json[0])
@@ -200,7 +200,8 @@ void child_adopt(void)
 		live_start();
 		atomic_store(&g_managing, true);
 	} else {
-		fprintf(stderr, "uswap: forked child %d stays unmanaged: %s\n", (int)getpid(), uswap_errmsg());
+		fprintf(stderr, "uswap: forked child %d stays unmanaged: %s\n", (int)getpid(),
+			uswap_errmsg());
 	}
 	t_internal--;
 	atomic_store(&g_adopt, ADOPT_NONE);
@@ -261,7 +262,7 @@ static _Noreturn void fail(const char *what, int err)
 __attribute__((constructor(101))) static void preload_init(void)
 {
 	const char *lim = getenv("USWAP_LIMIT"), *s;
-	struct uswap_mm_options o = { 0 };
+	struct uswap_mm_options o = {0};
 	uint64_t heap = DEFAULT_HEAP, v;
 	bool heap_given = false;
 	int ret;
@@ -270,8 +271,9 @@ __attribute__((constructor(101))) static void preload_init(void)
 		return;
 	find_ldso();
 	if (free_fds() < INSTANCE_FDS + FD_HEADROOM) {
-		fprintf(stderr, "uswap: pid %d runs unmanaged: RLIMIT_NOFILE leaves it %ld free descriptors, and an "
-				"instance would hold up to %d of them\n",
+		fprintf(stderr,
+			"uswap: pid %d runs unmanaged: RLIMIT_NOFILE leaves it %ld free descriptors, and an "
+			"instance would hold up to %d of them\n",
 			(int)getpid(), free_fds(), INSTANCE_FDS);
 		return;
 	}
@@ -357,7 +359,7 @@ __attribute__((constructor(101))) static void preload_init(void)
 		fail("registering the heap", -ENOMEM);
 	pthread_atfork(NULL, NULL, fork_child);
 	/* freed big blocks waiting to be dropped: a sixteenth of the limit, 4 to 32 MiB */
-	g_cache_max = o.limit_bytes / 16 < (4u << 20)	 ? 4u << 20
+	g_cache_max = o.limit_bytes / 16 < (4u << 20)    ? 4u << 20
 		      : o.limit_bytes / 16 > (32u << 20) ? 32u << 20
 							 : (size_t)(o.limit_bytes / 16);
 	live_start();
@@ -384,8 +386,9 @@ __attribute__((destructor)) static void preload_fini(void)
 	 * child, and of the programs started under it that swapped (a build may start thousands that
 	 * did not, and each file is memory in /dev/shm).
 	 */
-	bool keep = g_run_pid && !kill(g_run_pid, 0) &&
-		    (getppid() == g_run_pid || (g_live && g_live->mm.evicted_pages + g_live->mm.swapin_pages));
+	bool keep =
+		g_run_pid && !kill(g_run_pid, 0) &&
+		(getppid() == g_run_pid || (g_live && g_live->mm.evicted_pages + g_live->mm.swapin_pages));
 	if (!keep) {
 		snprintf(path, sizeof(path), LIVE_PATH_FMT, (int)g_pid);
 		unlink(path);

@@ -40,14 +40,14 @@ extern pid_t g_pid;                    /* the process g_mm serves (a fork child:
 extern struct uswap_mm_options g_opts; /* a fork child's instance gets the same */
 extern bool g_fork_own;                /* USWAP_FORK_CHILD: own (default) or plain */
 enum { ADOPT_NONE, ADOPT_PENDING, ADOPT_BUSY };
-extern _Atomic int g_adopt;            /* a fork child without an instance of its own yet */
-extern atomic_bool g_managing;         /* mmaps are registered (this process, instance up) */
-extern atomic_bool g_heap;             /* malloc goes to the arena */
+extern _Atomic int g_adopt;    /* a fork child without an instance of its own yet */
+extern atomic_bool g_managing; /* mmaps are registered (this process, instance up) */
+extern atomic_bool g_heap;     /* malloc goes to the arena */
 extern uintptr_t g_arena, g_arena_end;
 extern size_t g_min_map;
-extern __thread int t_internal;        /* a library thread, or a call from here */
+extern __thread int t_internal; /* a library thread, or a call from here */
 struct live_stats;
-extern struct live_stats *g_live;      /* /dev/shm/uswap.PID, or NULL */
+extern struct live_stats *g_live; /* /dev/shm/uswap.PID, or NULL */
 
 typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
 typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
@@ -64,8 +64,8 @@ static inline bool ours(void)
 }
 
 /* heap.c */
-extern size_t g_cache_max;             /* bytes of freed big blocks kept (0 until the heap is up) */
-extern _Atomic size_t g_child_alloc;   /* a fork child's allocations since fork */
+extern size_t g_cache_max;           /* bytes of freed big blocks kept (0 until the heap is up) */
+extern _Atomic size_t g_child_alloc; /* a fork child's allocations since fork */
 bool grow_arena(size_t need, bool plain_ok);
 /* Where the dynamic linker's code is: its mallocs go to glibc's heap (see there). */
 void find_ldso(void);
@@ -77,7 +77,7 @@ void cache_unlock(void);
 /* intercept.c */
 /* When a core will be written: the core-dumping signals bring every page in first (see there). */
 void dump_handlers_install(void);
-extern _Atomic int g_lock_future;      /* mlockall(MCL_FUTURE): mlock2() flags + 1 for new mappings */
+extern _Atomic int g_lock_future; /* mlockall(MCL_FUTURE): mlock2() flags + 1 for new mappings */
 extern bool g_discards_reported;
 
 #pragma GCC visibility pop

@@ -51,7 +51,8 @@ void *ureserve(size_t size)
 	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
-	umadvise(p, size, MADV_DONTDUMP); /* the layer's tables and buffers: not the program's, not in a core */
+	umadvise(p, size,
+		 MADV_DONTDUMP); /* the layer's tables and buffers: not the program's, not in a core */
 	return p;
 }
 

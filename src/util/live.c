@@ -63,7 +63,7 @@ bool live_dead(const struct live_stats *l)
 		return true;
 	ret = proc_info(l->pid, &state, &started);
 	if (ret)
-		return ret == -ENOENT; /* gone between the two looks */
+		return ret == -ENOENT;    /* gone between the two looks */
 	if (state == 'Z' || state == 'X') /* killed, not yet reaped */
 		return true;
 	/* A process with this pid that started well after the statistics did is another process. */
@@ -118,40 +118,44 @@ static void print_one(FILE *f, const struct live_stats *l)
 	print_str(f, l->tiers, sizeof(l->tiers));
 	fprintf(f, ",\"budget_bytes\":%llu,\"pool_share_bytes\":%llu", (unsigned long long)l->budget_bytes,
 		(unsigned long long)m->pool_share_bytes);
-	fprintf(f, ",\"limit_auto\":%s,\"peak_resident_bytes\":%llu,\"stall_ms\":%llu,\"limit_history\":{\"step_ms\":%u,"
-		   "\"bytes\":[",
+	fprintf(f,
+		",\"limit_auto\":%s,\"peak_resident_bytes\":%llu,\"stall_ms\":%llu,\"limit_history\":{\"step_"
+		"ms\":%u,"
+		"\"bytes\":[",
 		m->limit_auto ? "true" : "false", (unsigned long long)m->peak_resident_bytes,
 		(unsigned long long)(m->stall_ns / 1000000), l->hist.step_ms ? l->hist.step_ms : 1000);
 	for (uint32_t i = 0; i < l->hist.n && i < LIVE_HIST; i++)
 		fprintf(f, "%s%llu", i ? "," : "", (unsigned long long)l->hist.limit[i]);
 	fprintf(f, "]}");
-	fprintf(f, ",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
-	       "\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
-	       "\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
-	       "\"readahead_pages\":%llu,"
-	       "\"soft_faults\":%llu,\"store_failures\":%llu,\"load_failures\":%llu,\"mm_meta_bytes\":%llu,"
-	       "\"swap_meta_bytes\":%llu,\"tier\":[",
-	       (unsigned long long)m->limit_bytes,
-	       (unsigned long long)m->resident_bytes, (unsigned long long)m->swapped_bytes,
-	       (unsigned long long)m->swapins, m->swapin_ns_p50 / 1e3, m->swapin_ns_p99 / 1e3,
-	       (unsigned long long)m->evictions, (unsigned long long)m->evicted_pages,
-	       (unsigned long long)m->clean_evictions, (unsigned long long)m->swapin_pages,
-	       (unsigned long long)m->readahead_pages,
-	       (unsigned long long)m->soft_faults, (unsigned long long)m->store_failures,
-	       (unsigned long long)m->load_failures, (unsigned long long)m->meta_bytes,
-	       (unsigned long long)s->meta_bytes);
+	fprintf(f,
+		",\"limit_bytes\":%llu,\"resident_bytes\":%llu,"
+		"\"swapped_bytes\":%llu,\"swapins\":%llu,\"swapin_us_p50\":%.1f,\"swapin_us_p99\":%.1f,"
+		"\"evictions\":%llu,\"evicted_pages\":%llu,\"clean_evictions\":%llu,\"swapin_pages\":%llu,"
+		"\"readahead_pages\":%llu,"
+		"\"soft_faults\":%llu,\"store_failures\":%llu,\"load_failures\":%llu,\"mm_meta_bytes\":%llu,"
+		"\"swap_meta_bytes\":%llu,\"tier\":[",
+		(unsigned long long)m->limit_bytes, (unsigned long long)m->resident_bytes,
+		(unsigned long long)m->swapped_bytes, (unsigned long long)m->swapins, m->swapin_ns_p50 / 1e3,
+		m->swapin_ns_p99 / 1e3, (unsigned long long)m->evictions,
+		(unsigned long long)m->evicted_pages, (unsigned long long)m->clean_evictions,
+		(unsigned long long)m->swapin_pages, (unsigned long long)m->readahead_pages,
+		(unsigned long long)m->soft_faults, (unsigned long long)m->store_failures,
+		(unsigned long long)m->load_failures, (unsigned long long)m->meta_bytes,
+		(unsigned long long)s->meta_bytes);
 	for (unsigned t = 0; t < s->nr_tiers; t++) {
 		const struct uswap_tier_stats *ts = &s->tier[t];
 
 		fprintf(f, "%s{\"spec\":", t ? "," : "");
 		print_str(f, ts->spec, sizeof(ts->spec));
-		fprintf(f, ",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
-		       "\"loads\":%llu,\"load_ms\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,\"errors\":%llu}",
-		       (unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
-		       (unsigned long long)ts->used_bytes, (unsigned long long)ts->stores,
-		       (unsigned long long)ts->loads, (unsigned long long)(ts->load_ns / 1000000),
-		       (unsigned long long)ts->writeback_in,
-		       (unsigned long long)ts->writeback_out, (unsigned long long)ts->errors);
+		fprintf(f,
+			",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
+			"\"loads\":%llu,\"load_ms\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,"
+			"\"errors\":%llu}",
+			(unsigned long long)ts->pages, (unsigned long long)ts->data_bytes,
+			(unsigned long long)ts->used_bytes, (unsigned long long)ts->stores,
+			(unsigned long long)ts->loads, (unsigned long long)(ts->load_ns / 1000000),
+			(unsigned long long)ts->writeback_in, (unsigned long long)ts->writeback_out,
+			(unsigned long long)ts->errors);
 	}
 	fprintf(f, "]");
 }

@@ -12,10 +12,10 @@
 
 #include "uswap.h"
 
-#define LIVE_MAGIC 0x7573776170737434ull /* "uswapst4" */
+#define LIVE_MAGIC     0x7573776170737434ull /* "uswapst4" */
 #define LIVE_PERIOD_MS 500
-#define LIVE_PATH_FMT "/dev/shm/uswap.%d"
-#define LIVE_HIST 120 /* samples of the limit's history */
+#define LIVE_PATH_FMT  "/dev/shm/uswap.%d"
+#define LIVE_HIST      120 /* samples of the limit's history */
 
 /*
  * The limit over the run (it moves under --limit auto): sample i was taken i * step_ms after the
@@ -34,10 +34,10 @@ struct live_stats {
 	uint64_t magic;
 	volatile uint64_t seq; /* odd while being written */
 	int32_t pid;
-	uint32_t exited;        /* 1: it exited; a reader sets LIVE_DEAD in its copy (see live_dead()) */
-	int32_t run_pid;        /* the `uswap run` this process runs under (0: none) */
-	char comm[16];          /* the program's name, as in /proc/PID/comm */
-	uint64_t updated_ns;    /* CLOCK_REALTIME */
+	uint32_t exited;     /* 1: it exited; a reader sets LIVE_DEAD in its copy (see live_dead()) */
+	int32_t run_pid;     /* the `uswap run` this process runs under (0: none) */
+	char comm[16];       /* the program's name, as in /proc/PID/comm */
+	uint64_t updated_ns; /* CLOCK_REALTIME */
 	uint64_t started_ns;
 	char tiers[256];
 	uint64_t budget_bytes; /* resident pages and pool within it (mm.limit_bytes: their share); 0: none */

@@ -7,7 +7,7 @@
 #include "util/thread.h"
 
 /* Raised by the thread's own instruction: blocking them turns a fault into a kill. */
-static const int sync_signals[] = { SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP, SIGSYS };
+static const int sync_signals[] = {SIGBUS, SIGSEGV, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
 
 void thread_sigmask(sigset_t *set)
 {
