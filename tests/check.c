@@ -4,6 +4,7 @@
 #include "check.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 
 #include "core/debug.h"
 #include "mm/mm.h"
+#include "util/csum.h"
 #include "util/pagegen.h"
 #include "uswap.h"
 
@@ -257,4 +259,61 @@ void check_signals_stay_pending(void)
 	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 	sigaction(SIGUSR1, &old1, NULL);
 	sigaction(SIGUSR2, &old2, NULL);
+}
+
+/* ---- memory regions for tests ---- */
+
+struct uswap_mm *check_mm_new(const struct uswap_mm_options *o)
+{
+	struct uswap_mm *m = NULL;
+	int ret = uswap_mm_create(&m, o);
+
+	if (ret == -EPERM || ret == -EOPNOTSUPP)
+		check_skip(uswap_errmsg());
+	CHECK_EQ(ret, 0);
+	if (ret)
+		fprintf(stderr, "uswap_mm_create: %s\n", uswap_errmsg());
+	return m;
+}
+
+uint32_t check_put_page(unsigned char *p, size_t i, uint64_t v)
+{
+	fill_page(p, PK_MIXED, seed_for(i * 1000003 + v));
+	return csum_buf(p, 4096);
+}
+
+size_t check_verify_pages(const unsigned char *base, size_t first, size_t end, const uint32_t *sums)
+{
+	size_t bad = 0;
+
+	for (size_t i = first; i < end; i++)
+		if (csum_buf(base + i * 4096, 4096) != sums[i] && bad++ < 5)
+			fprintf(stderr, "[%s] page %zu differs\n", check_test, i);
+	return bad;
+}
+
+unsigned char *check_map_filled(struct uswap_mm *m, size_t n, size_t folio_bytes, uint32_t *sums)
+{
+	unsigned char *p = NULL;
+
+	CHECK_EQ(uswap_map(m, n * 4096, folio_bytes, (void **)&p), 0);
+	for (size_t i = 0; p && i < n; i++)
+		sums[i] = check_put_page(p + i * 4096, i, 0);
+	return p;
+}
+
+uint64_t check_swap_pages(struct uswap_mm *m)
+{
+	struct uswap_stats st;
+
+	uswap_stats(uswap_mm_swap(m), &st);
+	return st.pages;
+}
+
+int check_page_is_zero(const unsigned char *p)
+{
+	for (size_t i = 0; i < 4096; i++)
+		if (p[i])
+			return 0;
+	return 1;
 }

@@ -122,6 +122,22 @@ int check_debug_build(void);
  */
 void check_signals_stay_pending(void);
 
+/* ---- memory regions for tests (test_mm, test_mm_proc, test_mm_auto) ---- */
+struct uswap_mm;
+struct uswap_mm_options;
+/* An instance with @o; skips the binary (exit 77) where userfaultfd is not allowed or too old. */
+struct uswap_mm *check_mm_new(const struct uswap_mm_options *o);
+/* Page @i at version @v in @p: mixed kinds (zero, same-filled, text, random) by seed. Return: its checksum. */
+uint32_t check_put_page(unsigned char *p, size_t i, uint64_t v);
+/* Pages [first, end) of @base whose checksum is not @sums[i] (the first five are named on stderr). */
+size_t check_verify_pages(const unsigned char *base, size_t first, size_t end, const uint32_t *sums);
+/* @n pages of a new region of @m (folios of @folio_bytes, 0: the instance's), each at version 0 (@sums). */
+unsigned char *check_map_filled(struct uswap_mm *m, size_t n, size_t folio_bytes, uint32_t *sums);
+/* Pages the instance's swap layer holds now. */
+uint64_t check_swap_pages(struct uswap_mm *m);
+/* Whether the 4 KiB page at @p reads zero. */
+int check_page_is_zero(const unsigned char *p);
+
 /* ---- page data of every kind, reproducible from a seed ---- */
 enum page_kind { PK_ZERO, PK_SAME, PK_TEXT, PK_RANDOM, PK_MIXED };
 uint64_t seed_for(uint64_t x);

@@ -28,18 +28,9 @@
 /* A stack that takes every page: random pages go to the file. */
 #define TIERS "same,zpool:lz4:max=64M,file:size=256M"
 
-static struct uswap_mm *mm_new_opts(const struct uswap_mm_options *o)
-{
-	struct uswap_mm *m = NULL;
-	int ret = uswap_mm_create(&m, o);
-
-	if (ret == -EPERM || ret == -EOPNOTSUPP)
-		check_skip(uswap_errmsg());
-	CHECK_EQ(ret, 0);
-	if (ret)
-		fprintf(stderr, "uswap_mm_create: %s\n", uswap_errmsg());
-	return m;
-}
+#define mm_new_opts check_mm_new
+#define put_page    check_put_page
+#define swap_pages  check_swap_pages
 
 static struct uswap_mm *mm_new_mode(uint64_t limit, const char *tiers, size_t folio, unsigned sigbus)
 {
@@ -66,31 +57,11 @@ static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
 	return mm_new_mode(limit, tiers, folio, 0);
 }
 
-/* Page @i at version @v: mixed kinds (zero, same-filled, text, random) by seed. */
-static uint32_t put_page(unsigned char *p, size_t i, uint64_t v)
-{
-	fill_page(p, PK_MIXED, seed_for(i * 1000003 + v));
-	return csum_buf(p, PS);
-}
-
 static const unsigned char zero_page[PS];
 
 static size_t verify_pages(const unsigned char *base, size_t n, const uint32_t *sums)
 {
-	size_t bad = 0;
-
-	for (size_t i = 0; i < n; i++)
-		if (csum_buf(base + i * PS, PS) != sums[i] && bad++ < 5)
-			fprintf(stderr, "[%s] page %zu differs\n", check_test, i);
-	return bad;
-}
-
-static uint64_t swap_pages(struct uswap_mm *m)
-{
-	struct uswap_stats st;
-
-	uswap_stats(uswap_mm_swap(m), &st);
-	return st.pages;
+	return check_verify_pages(base, 0, n, sums);
 }
 
 static void test_mm_basic(void)
@@ -140,9 +111,7 @@ static void signals_blocked_mode(unsigned sigbus)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	check_signals_stay_pending();
 	CHECK_EQ(verify_pages(p, n, sums), 0);
 	check_signals_stay_pending();
@@ -558,9 +527,7 @@ static void discard_mode(bool batched)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	for (size_t i = n - 64; i < n; i++) /* the last ones resident */
 		CHECK_EQ(csum_buf(p + i * PS, PS), sums[i]);
 	before = swap_pages(m);
@@ -634,9 +601,7 @@ static void test_mm_sequential_readahead(void)
 
 		if (!m)
 			return;
-		CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-		for (size_t i = 0; i < n; i++)
-			sums[i] = put_page(p + i * PS, i, 0);
+		p = check_map_filled(m, n, 0, sums);
 		CHECK_EQ(verify_pages(p, n, sums), 0);
 		/* A forward pass that reads one page in two (an interpreter sizing its objects) reads ahead. */
 		uswap_mm_stats(m, &st);
@@ -686,9 +651,7 @@ static void test_mm_sigbus_threads(void)
 	CHECK_EQ(st.untracked_faults, 0);
 	CHECK(st.sigbus_faults >= st.swapins); /* the threads served every fault themselves */
 	/* Reads keep swap copies (clean pages, write-protected); writes then fault on the protection. */
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	CHECK_EQ(verify_pages(p, n, sums), 0);
 	for (size_t i = 0; i < n; i += 3)
 		sums[i] = put_page(p + i * PS, i, 1);
@@ -729,9 +692,7 @@ static void test_mm_sigbus_syscalls(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	CHECK(uswap_mm_shrink(m, 0) > 0);
 	CHECK_EQ(pipe(fd), 0);
 	CHECK_EQ(write(fd[1], "0123456789", 10), 10);
@@ -899,9 +860,7 @@ static void test_mm_cpu_affinity(void)
 		closedir(d);
 	CHECK_EQ(handlers, 1);
 	CHECK_EQ(wrong, 0);
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	CHECK_EQ(verify_pages(p, n, sums), 0);
 	check_validate_mm(m);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);

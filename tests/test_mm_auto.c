@@ -21,13 +21,8 @@ static struct uswap_mm *auto_new(uint64_t ceiling, uint64_t floor)
 {
 	struct uswap_mm_options o = {
 		.limit_bytes = ceiling, .tiers = TIERS, .limit_auto = 1, .auto_min_bytes = floor};
-	struct uswap_mm *m = NULL;
-	int ret = uswap_mm_create(&m, &o);
 
-	if (ret == -EPERM || ret == -EOPNOTSUPP)
-		check_skip(uswap_errmsg());
-	CHECK_EQ(ret, 0);
-	return m;
+	return check_mm_new(&o);
 }
 
 static uint64_t limit_now(struct uswap_mm *m)

@@ -35,48 +35,14 @@ static struct uswap_mm *mm_new(uint64_t limit, const char *tiers, size_t folio)
 {
 	struct uswap_mm_options o = {
 		.limit_bytes = limit, .tiers = tiers, .folio_bytes = folio, .sigbus_mode = sigbus_mode};
-	struct uswap_mm *m = NULL;
-	int ret = uswap_mm_create(&m, &o);
 
-	if (ret == -EPERM || ret == -EOPNOTSUPP)
-		check_skip(uswap_errmsg());
-	CHECK_EQ(ret, 0);
-	if (ret)
-		fprintf(stderr, "uswap_mm_create: %s\n", uswap_errmsg());
-	return m;
+	return check_mm_new(&o);
 }
 
-static uint32_t put_page(unsigned char *p, size_t i, uint64_t v)
-{
-	fill_page(p, PK_MIXED, seed_for(i * 1000003 + v));
-	return csum_buf(p, PS);
-}
-
-static size_t verify_range(const unsigned char *base, size_t first, size_t end, const uint32_t *sums)
-{
-	size_t bad = 0;
-
-	for (size_t i = first; i < end; i++)
-		if (csum_buf(base + i * PS, PS) != sums[i] && bad++ < 5)
-			fprintf(stderr, "[%s] page %zu differs\n", check_test, i);
-	return bad;
-}
-
-static bool page_is_zero(const unsigned char *p)
-{
-	for (size_t i = 0; i < PS; i++)
-		if (p[i])
-			return false;
-	return true;
-}
-
-static uint64_t swap_pages(struct uswap_mm *m)
-{
-	struct uswap_stats st;
-
-	uswap_stats(uswap_mm_swap(m), &st);
-	return st.pages;
-}
+#define put_page     check_put_page
+#define verify_range check_verify_pages
+#define page_is_zero check_page_is_zero
+#define swap_pages   check_swap_pages
 
 /*
  * Pages the regions hold swapped must be exactly what the swap layer holds: nothing leaks.
@@ -202,9 +168,7 @@ static void test_mm_munmap_madvise_mremap(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	uswap_mm_stats(m, &st);
 	CHECK(st.swapped_bytes > 0);
 	churn_start(&c, p, 0, 2048, sums);
@@ -288,9 +252,7 @@ static void test_mm_fork(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 16384, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 16384, sums);
 	uswap_mm_stats(m, &st);
 	CHECK(st.swapped_bytes > n * PS / 2);
 	pid = fork();
@@ -337,9 +299,7 @@ static void test_mm_fork_idle(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 16384, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 16384, sums);
 	/* Read back: most pages resident at the fork are clean (write-protected, with their copies). */
 	CHECK_EQ(verify_range(p, 0, n, sums), 0);
 	uswap_mm_stats(m, &st);
@@ -483,9 +443,7 @@ static void test_mm_swapoff_running(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	s0 = swapins(m);
 	workers_start(&w, p, n, sums);
 	wait_ops(&w, 3000);
@@ -527,9 +485,7 @@ static void test_mm_tier_fails(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	uswap_mm_sync(m);
 	pthread_rwlock_wrlock(&m->tbl_lock); /* no load or store runs while the hooks change */
 	backend_inject(testhook_tier(uswap_mm_swap(m), T_FILE), true, 100, -EIO, true);
@@ -625,9 +581,7 @@ static void test_mm_madvise_storm(void)
 
 	if (!m)
 		return;
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	for (size_t k = 0; k < nw; k++) {
 		w[k] = (struct storm){.base = p,
 				      .first = k * n / nw,
@@ -754,9 +708,7 @@ static void test_mm_mprotect(void)
 	if (!m)
 		return;
 	alarm(300); /* a fault that is never resolved loops: fail instead of hanging */
-	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
-	for (size_t i = 0; i < n; i++)
-		sums[i] = put_page(p + i * PS, i, 0);
+	p = check_map_filled(m, n, 0, sums);
 	CHECK_EQ(mprotect(p, n * PS, PROT_READ), 0);
 	for (size_t i = n; i-- > 0;) /* newest first: those are resident or inactive */
 		bad += csum_buf(p + i * PS, PS) != sums[i];
