@@ -12,6 +12,7 @@
 #include "check.h"
 #include "uswap.h"
 #include "backend/backend.h"
+#include "backend/file.h"
 #include "core/testhook.h"
 
 static void fill(unsigned char *p, size_t len, unsigned seed)

@@ -20,6 +20,7 @@
 
 #include "../src/backend/backend.h"
 #include "../src/backend/lease.h"
+#include "../src/backend/redis.h"
 #include "check.h"
 #include "core/testhook.h"
 #include "rserver.h"

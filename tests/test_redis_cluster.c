@@ -18,6 +18,7 @@
 
 #include "../src/backend/backend.h"
 #include "../src/backend/rcluster.h"
+#include "../src/backend/redis.h"
 #include "check.h"
 #include "core/testhook.h"
 #include "rserver.h"

@@ -11,6 +11,7 @@
 #include "uswap.h"
 
 #include "../src/backend/backend.h"
+#include "../src/backend/file.h"
 #include "../src/backend/seal.h"
 #include "check.h"
 #include "core/testhook.h"

@@ -174,37 +174,11 @@ struct backend *backend_unwrap(struct backend *b);
 /* Arguments "a:b=c:d": next field into @key (and @val after '=', or NULL); returns false at the end. */
 bool backend_next_arg(const char **args, char *key, size_t keylen, char *val, size_t vallen);
 
-/* file.c: how the swap file is laid out now (tests and `uswap bench file`). */
-struct file_layout {
-	uint32_t clusters, clusters_in_use, clusters_free_backed, clusters_packed;
-	uint64_t used_pages, used_sectors; /* plain pages; 512-byte sectors of packed objects */
-	uint64_t split_stores;             /* folios that found no contiguous run and were split */
-	uint64_t punched_clusters, punch_calls;
-	uint64_t staged_pages,
-		stage_writes; /* plain pages staged for write-behind; requests that wrote them */
-	uint32_t staged_now;  /* pages in the stage now, freed ones included */
-	int fd;
-};
-int file_layout(struct backend *b, struct file_layout *l);
-
 extern const struct uswap_backend_ops same_backend_ops;
 extern const struct uswap_backend_ops zpool_backend_ops;
 extern const struct uswap_backend_ops file_backend_ops;
 extern const struct uswap_backend_ops redis_backend_ops;
 extern const struct uswap_backend_ops redis_cluster_backend_ops;
 extern const struct uswap_backend_ops fault_backend_ops;
-
-/* redis.c: what the connections went through (redirects, reconnects), for tests. Return: 0, -EINVAL. */
-struct rc_counters;
-int redis_counters(struct backend *b, struct rc_counters *out);
-/* redis.c: what the lease thread did (renewals, keys found missing), for tests. Return: 0, -EINVAL. */
-struct lease_stats;
-int redis_lease_stats(struct backend *b, struct lease_stats *out);
-/*
- * redis.c: connect @rc to the servers of a "redis://..." or "redis-cluster://..." tier string (its
- * options as the tier takes them), for uswap_gc(). Return: 0, or -errno with err_set(); rcluster_close().
- */
-struct rcluster;
-int redis_servers_open(const char *tier, struct rcluster *rc);
 
 #endif

@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/file.h"
 #include "backend/codec.h"
 #include "backend/seal.h"
 #include "util/alloc.h"

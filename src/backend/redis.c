@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "lease.h"
 #include "rcluster.h"
+#include "redis.h"
 #include "seal.h"
 #include "util/thread.h"
 #include "util/alloc.h"

@@ -19,6 +19,7 @@
 #include "backend.h"
 #include "lease.h"
 #include "rcluster.h"
+#include "redis.h"
 #include "util/alloc.h"
 #include "util/err.h"
 
