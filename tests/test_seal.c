@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -15,6 +16,49 @@
 #include "../src/backend/seal.h"
 #include "check.h"
 #include "core/testhook.h"
+
+/* The VmFlags line of /proc/self/smaps for the mapping that holds @addr ("" if none). */
+static void vm_flags(const void *addr, char *out, size_t len)
+{
+	char line[512];
+	bool in = false;
+	FILE *f = fopen("/proc/self/smaps", "r");
+
+	out[0] = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+
+		if (sscanf(line, "%lx-%lx ", &a, &b) == 2) /* a mapping's first line */
+			in = (uintptr_t)addr >= a && (uintptr_t)addr < b;
+		else if (in && !strncmp(line, "VmFlags:", 8))
+			snprintf(out, len, "%.200s", line + 8);
+	}
+	if (f)
+		fclose(f);
+}
+
+/*
+ * The key: in pages of its own, left out of core dumps, read-only (and locked where RLIMIT_MEMLOCK
+ * allows, as root here); gone when the sealer is.
+ */
+static void test_seal_key_pages(void)
+{
+	struct sealer s;
+	char flags[256];
+
+	CHECK_EQ(seal_init(&s), 0);
+	CHECK(s.key != NULL);
+	vm_flags(s.key, flags, sizeof(flags));
+	if (!strstr(flags, " dd"))
+		fprintf(stderr, "key pages: VmFlags%s", flags);
+	CHECK(strstr(flags, " dd") != NULL); /* MADV_DONTDUMP */
+	CHECK(strstr(flags, " rd") != NULL && !strstr(flags, " wr"));
+	if (geteuid() == 0)
+		CHECK(strstr(flags, " lo") != NULL); /* mlock()ed */
+	seal_destroy(&s);
+	CHECK(s.key == NULL);
+	seal_destroy(&s); /* twice, or after a failed init: nothing */
+}
 
 static void test_seal_roundtrip_every_kind(void)
 {
@@ -266,7 +310,7 @@ static void test_file_encrypt_writeback_and_swapoff(void)
 	check_destroy(u);
 }
 
-CHECK_MAIN(T(test_seal_roundtrip_every_kind), T(test_seal_rejects_wrong_binding_and_tamper),
-	   T(test_seal_nonces_differ), T(test_seal_detached),
+CHECK_MAIN(T(test_seal_key_pages), T(test_seal_roundtrip_every_kind),
+	   T(test_seal_rejects_wrong_binding_and_tamper), T(test_seal_nonces_differ), T(test_seal_detached),
 	   T(test_file_encrypt_roundtrip_ciphertext_on_disk), T(test_file_encrypt_altered_blocks_detected),
 	   T(test_file_encrypt_writeback_and_swapoff))

@@ -745,7 +745,7 @@ static int file_open(struct backend *b, const char *args, const struct backend_e
 	f->fresh = 0; /* clusters are set up as they first come into use: a big file costs nothing first */
 	f->pk_cur = NIL;
 	if (encrypt) {
-		f->seal = ualloc(sizeof(*f->seal));
+		f->seal = ualloc_zero(sizeof(*f->seal));
 		f->tags = ureserve(f->nr_slots * sizeof(*f->tags));
 		if (!f->seal || !f->tags || seal_init(f->seal)) {
 			ret = -ENOMEM;

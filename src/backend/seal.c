@@ -12,7 +12,7 @@
 
 static_assert(SEAL_NONCE_BYTES == crypto_aead_xchacha20poly1305_ietf_NPUBBYTES, "nonce size");
 static_assert(SEAL_TAG_BYTES == crypto_aead_xchacha20poly1305_ietf_ABYTES, "tag size");
-static_assert(sizeof(((struct sealer *)0)->key) == crypto_aead_xchacha20poly1305_ietf_KEYBYTES, "key size");
+static_assert(crypto_aead_xchacha20poly1305_ietf_KEYBYTES == 32, "key size");
 
 /* Associated data: owner (le32) || handle (le64), so a value only opens where it was sealed. */
 static void seal_ad(unsigned char ad[12], uint32_t owner, uint64_t handle)
@@ -25,9 +25,14 @@ static void seal_ad(unsigned char ad[12], uint32_t owner, uint64_t handle)
 
 int seal_init(struct sealer *s)
 {
+	s->key = NULL;
 	if (sodium_init() < 0)
 		return -EIO;
+	s->key = sodium_malloc(crypto_aead_xchacha20poly1305_ietf_KEYBYTES);
+	if (!s->key)
+		return -ENOMEM;
 	crypto_aead_xchacha20poly1305_ietf_keygen(s->key);
+	sodium_mprotect_readonly(s->key);
 	randombytes_buf(s->prefix, sizeof(s->prefix));
 	atomic_init(&s->counter, 0);
 	return 0;
@@ -35,7 +40,8 @@ int seal_init(struct sealer *s)
 
 void seal_destroy(struct sealer *s)
 {
-	sodium_memzero(s->key, sizeof(s->key));
+	sodium_free(s->key); /* wipes it first; NULL: nothing */
+	s->key = NULL;
 }
 
 static void seal_nonce(const struct sealer *s, uint64_t n, unsigned char nonce[SEAL_NONCE_BYTES])

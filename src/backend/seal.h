@@ -17,15 +17,23 @@
 #define SEAL_TAG_BYTES   16
 #define SEAL_OVERHEAD    (SEAL_NONCE_BYTES + SEAL_TAG_BYTES)
 
+/*
+ * The key lives in pages of its own (libsodium's sodium_malloc()): locked in memory where the
+ * process's RLIMIT_MEMLOCK allows, left out of core dumps (MADV_DONTDUMP), between guard pages, and
+ * read-only once made; it never leaves the process and is wiped when the sealer is destroyed.
+ */
 struct sealer {
-	unsigned char key[32];
+	unsigned char *key;       /* 32 bytes; NULL before seal_init() */
 	unsigned char prefix[16]; /* nonce bytes 0..15; bytes 16..23 are the counter */
 	_Atomic uint64_t counter;
 };
 
-/* Context: may block once for libsodium's initialisation. Return: 0; -EIO if no randomness. */
+/*
+ * Context: may block once for libsodium's initialisation. Return: 0; -EIO if no randomness; -ENOMEM
+ * no pages for the key.
+ */
 int seal_init(struct sealer *s);
-/* Wipes the key. */
+/* Wipes the key and frees its pages (nothing if seal_init() did not run or failed). */
 void seal_destroy(struct sealer *s);
 /*
  * Context: any thread, no allocation. Seal @len bytes at @src into @dst (@len + SEAL_OVERHEAD bytes).
