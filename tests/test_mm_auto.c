@@ -59,7 +59,7 @@ static size_t bad_pages(const unsigned char *p, size_t n, const uint32_t *sums)
 }
 
 /*
- * 64 MiB written once, then a 2 MiB hot set touched for a few seconds: nothing waits, so the limit
+ * 64 MiB written once, then a 2 MiB hot set touched for a while: nothing waits, so the limit
  * leaves its 256 MiB ceiling for what the program uses and goes on down, not under the floor.
  */
 static void test_auto_descends(void)
@@ -76,7 +76,8 @@ static void test_auto_descends(void)
 	CHECK_EQ(limit_now(m), 256 * MiB);
 	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
 	fill(p, n, sums);
-	for (t0 = now_s(); now_s() - t0 < 6;)
+	/* a look a second, 2% a look at most: a few seconds; more on a loaded machine */
+	for (t0 = now_s(); now_s() - t0 < 30 && (now_s() - t0 < 6 || limit_now(m) >= 64 * MiB);)
 		for (size_t i = 0; i < hot; i++)
 			p[i * PS + 8]++, p[i * PS + 8]--;
 	uswap_mm_stats(m, &st);
@@ -85,7 +86,8 @@ static void test_auto_descends(void)
 	CHECK(st.budget_bytes >= 24 * MiB);
 	CHECK(st.peak_resident_bytes >= 60 * MiB);
 	if (st.budget_bytes >= 64 * MiB)
-		fprintf(stderr, "limit %llu MiB after 6 s\n", (unsigned long long)(st.budget_bytes / MiB));
+		fprintf(stderr, "limit %llu MiB after %.0f s\n", (unsigned long long)(st.budget_bytes / MiB),
+			now_s() - t0);
 	CHECK_EQ(bad_pages(p, n, sums), 0);
 	CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
 	uswap_mm_destroy(m);
@@ -114,7 +116,7 @@ static void test_auto_rises(void)
 	CHECK_EQ(low, 16 * MiB);
 	CHECK_EQ(uswap_map(m, n * PS, 0, (void **)&p), 0);
 	fill(p, n, sums);
-	for (t0 = now_s(); now_s() - t0 < 8 && limit_now(m) < 32 * MiB;)
+	for (t0 = now_s(); now_s() - t0 < 20 && limit_now(m) < 32 * MiB;)
 		for (size_t i = 0; i < n; i++)
 			p[i * PS + 8]++, p[i * PS + 8]--;
 	uswap_mm_stats(m, &st);

@@ -262,7 +262,7 @@ static void auto_limit(void)
 			   "cold = [bytearray(b'%d' % i) * 100 for i in range(400000)]\n"
 			   "hot = [bytearray(4096) for _ in range(1000)]\n"
 			   "t0 = time.time()\n"
-			   "while time.time() - t0 < 8:\n"
+			   "while time.time() - t0 < 10:\n"
 			   "    for h in hot:\n"
 			   "        h[7] = (h[7] + 1) % 256\n"
 			   "h = hashlib.sha256()\n"
