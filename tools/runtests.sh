@@ -4,7 +4,7 @@
 # failure of that binary. Usage: tools/runtests.sh BIN... (make check passes every tests/test_* binary).
 # Ends with "N passed, N failed"; exit status 1 if any failed.
 set -u
-timeout_s=${USWAP_TEST_TIMEOUT:-600}
+timeout_s=${USWAP_TEST_TIMEOUT:-900}
 passed=0 failed=0 skipped=0
 failed_names=()
 for bin in "$@"; do
