@@ -171,7 +171,8 @@ elif cmd == "report":
         print("%s: flaky (differed once, not on the re-run): %s" % (suite, " ".join(sorted(flaky))))
     print("%s: difference: %s" % (suite, " ".join(
         ("%s(%s)" % (t, "fails under uswap" if t in u else "fails plainly only")) for t in sorted(diff)) or "none"))
-    print("%s: swapped: %d pages out, %d pages in; %d of %d processes swapped" % (suite, ev, si, n, nprocs))
+    print("%s: swapped: %d pages out, %d pages in, by %d processes (of %d in the --stats-json summary)" %
+          (suite, ev, si, n, nprocs))
     ok = not diff and ev > 0 and si > 0 and run > 0
     print("%s: %s" % (suite, "PASS" if ok else "FAIL"))
     sys.exit(0 if ok else 1)
