@@ -33,8 +33,8 @@ static const int kind_err[FK_ETIMEDOUT + 1] = {-EIO, -ENOSPC, -ETIMEDOUT};
 /* A deterministic fault armed by a test: the nth next call fails with err (and every one after: sticky). */
 struct fault_nth {
 	_Atomic long nth; /* 1 = the next call; 0 = off; each call counts down */
-	int err;
-	bool sticky;
+	_Atomic int err;  /* atomic: a test may re-arm or disarm while loads run */
+	_Atomic bool sticky;
 };
 
 struct fault_tier {
@@ -69,7 +69,7 @@ static bool nth_fires(struct fault_nth *f)
 	long n = atomic_load_explicit(&f->nth, memory_order_relaxed);
 
 	while (n > 0) {
-		if (n == 1 && f->sticky)
+		if (n == 1 && atomic_load_explicit(&f->sticky, memory_order_relaxed))
 			return true;
 		if (atomic_compare_exchange_weak(&f->nth, &n, n - 1))
 			return n == 1;
@@ -96,7 +96,7 @@ static int fault_draw(struct fault_tier *f, struct fault_nth *nth, uint64_t *dra
 	uint32_t e = roll(r, 0), lim = 0;
 
 	if (nth && nth_fires(nth))
-		return count_err(f, nth->err);
+		return count_err(f, atomic_load_explicit(&nth->err, memory_order_relaxed));
 	if (roll(r, 1) < f->ppm[FK_DELAY]) {
 		uint64_t ns = mix(r) % ((uint64_t)f->delay_ms * 1000000 + 1);
 		struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000),
@@ -517,8 +517,8 @@ int backend_inject(struct backend *b, bool on_store, long nth, int err, bool sti
 		return -EINVAL;
 	f = b->priv;
 	n = on_store ? &f->store_nth : &f->load_nth;
-	n->err = err;
-	n->sticky = sticky;
+	atomic_store_explicit(&n->err, err, memory_order_relaxed);
+	atomic_store_explicit(&n->sticky, sticky, memory_order_relaxed);
 	atomic_store(&n->nth, nth);
 	return 0;
 }
