@@ -22,7 +22,8 @@ static void good_strings_work(void)
 		"same,zpool:lz4:reject=100%,file:size=64M",
 		"same,fault(zpool:lz4:max=64M):eio=1%:enospc=1%:etimedout=1%:delay=1%:flip=0.1%:seed=42,"
 		"fault(file:size=64M)",
-		"fault(fault(zpool:zstd):eio=5):flip=0.0001%:delay_ms=0",
+		/* seeded: the faults each call meets are the same in every run */
+		"fault(fault(zpool:zstd):eio=5:seed=7):flip=0.0001%:delay_ms=0:seed=7",
 		"fault(same):eio=100%,zpool",
 	};
 	unsigned char *page = aligned_alloc(4096, 4096), *back = aligned_alloc(4096, 4096);
