@@ -1,10 +1,12 @@
 /*
  * profile_print.c - what `uswap profile` prints of its runs: the table, or one JSON object (--json).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/wait.h>
 
 #include "cli/profile.h"
+#include "util/live.h"
 
 double profile_mib(uint64_t b)
 {
@@ -76,22 +78,6 @@ void profile_print_table(FILE *f, const struct prun *runs, size_t n)
 			pl->nr_rounds);
 }
 
-static void print_json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 void profile_print_json(FILE *f, char *const cmd[], const struct prun *runs, size_t n, uint64_t ref_peak,
 			bool all_ok)
 {
@@ -101,7 +87,7 @@ void profile_print_json(FILE *f, char *const cmd[], const struct prun *runs, siz
 	fprintf(f, "{\"command\":[");
 	for (size_t i = 0; cmd[i]; i++) {
 		fputs(i ? "," : "", f);
-		print_json_str(f, cmd[i]);
+		live_print_str(f, cmd[i], SIZE_MAX);
 	}
 	fprintf(f,
 		"],\"rounds\":%u,\"plain_seconds\":%.3f,\"plain_peak_bytes\":%llu,\"all_ok\":%s,\"runs\":[",
@@ -112,9 +98,9 @@ void profile_print_json(FILE *f, char *const cmd[], const struct prun *runs, siz
 
 		profile_hex(h, r->sha256);
 		fprintf(f, "%s{\"label\":", i ? "," : "");
-		print_json_str(f, r->label);
+		live_print_str(f, r->label, SIZE_MAX);
 		fprintf(f, ",\"kind\":\"%s\",\"limit\":", kinds[r->kind]);
-		print_json_str(f, r->limit_arg);
+		live_print_str(f, r->limit_arg, SIZE_MAX);
 		fprintf(f,
 			",\"limit_bytes\":%llu,\"seconds\":%.3f,\"slowdown\":%.3f,\"exit_status\":%d,"
 			"\"signal\":%d,"

@@ -70,8 +70,7 @@ bool live_dead(const struct live_stats *l)
 	return started && l->started_ns && started > l->started_ns + 2000000000ull;
 }
 
-/* @s as a JSON string: a program's name or a file name may hold quotes or control characters. */
-static void print_str(FILE *f, const char *s, size_t max)
+void live_print_str(FILE *f, const char *s, size_t max)
 {
 	fputc('"', f);
 	for (size_t i = 0; i < max && s[i]; i++) {
@@ -110,12 +109,12 @@ static void print_one(FILE *f, const struct live_stats *l)
 	const struct uswap_stats *s = &l->swap;
 
 	fprintf(f, "{\"pid\":%d,\"comm\":", l->pid);
-	print_str(f, l->comm, sizeof(l->comm));
+	live_print_str(f, l->comm, sizeof(l->comm));
 	fprintf(f, ",\"exited\":%s,", l->exited ? "true" : "false");
 	if (l->exited == LIVE_DEAD)
 		fputs("\"dead\":true,", f);
 	fputs("\"tiers\":", f);
-	print_str(f, l->tiers, sizeof(l->tiers));
+	live_print_str(f, l->tiers, sizeof(l->tiers));
 	fprintf(f, ",\"budget_bytes\":%llu,\"pool_share_bytes\":%llu", (unsigned long long)l->budget_bytes,
 		(unsigned long long)m->pool_share_bytes);
 	fprintf(f,
@@ -146,7 +145,7 @@ static void print_one(FILE *f, const struct live_stats *l)
 		const struct uswap_tier_stats *ts = &s->tier[t];
 
 		fprintf(f, "%s{\"spec\":", t ? "," : "");
-		print_str(f, ts->spec, sizeof(ts->spec));
+		live_print_str(f, ts->spec, sizeof(ts->spec));
 		fprintf(f,
 			",\"pages\":%llu,\"data_bytes\":%llu,\"used_bytes\":%llu,\"stores\":%llu,"
 			"\"loads\":%llu,\"load_ms\":%llu,\"writeback_in\":%llu,\"writeback_out\":%llu,"

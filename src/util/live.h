@@ -55,6 +55,9 @@ struct live_stats {
  */
 bool live_dead(const struct live_stats *l);
 
+/* live_print_str() - at most @max bytes of @s as a JSON string (quotes, backslashes, control bytes escaped). */
+void live_print_str(FILE *f, const char *s, size_t max);
+
 /*
  * live_print_json() - @l as one line of JSON on @f, with @nr_desc more processes of the same
  * `uswap run` (@desc) as its "descendants" array when @nr_desc > 0.
