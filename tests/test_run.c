@@ -1040,8 +1040,20 @@ static void userfaultfd_access(void)
 			   "print(len(l), hashlib.sha256(b''.join(l)).hexdigest())\n");
 	chmod(tmpdir, 0755);
 	chmod(script, 0644);
+	/*
+	 * The command and its preload library, copied where the user can reach them: the build tree
+	 * may sit in a directory only root enters (a clone in a `mktemp -d` directory, mode 0700).
+	 */
+	char bin[300], lib[600], *slash = strrchr(uswap_bin, '/');
+
+	snprintf(bin, sizeof(bin), "%s/uswap", tmpdir);
+	snprintf(lib, sizeof(lib), "%.*s/libuswap-preload.so", slash ? (int)(slash - uswap_bin) : 1,
+		 slash ? uswap_bin : ".");
+	char *copy[] = {"/bin/cp", uswap_bin, lib, tmpdir, NULL};
+
+	CHECK_EQ(run(copy, NULL, NULL), 0);
 	char *plain[] = {"/usr/bin/python3", script, NULL};
-	char *under[] = {uswap_bin, "run", "--limit", "16M", "--", "/usr/bin/python3", script, NULL};
+	char *under[] = {bin, "run", "--limit", "16M", "--", "/usr/bin/python3", script, NULL};
 	size_t la, lb;
 	int st = run_as(nobody, plain, plain_out, err);
 	char *a = slurp(plain_out, &la), *b;
