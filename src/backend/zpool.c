@@ -329,8 +329,10 @@ static void block_free(struct zpool *zp, uint32_t i, bool keep)
 	}
 	/*
 	 * Empty: every page goes back in one call, which also frees the page tables of huge pages split
-	 * by single-block releases, and the pool starts over: it grows again by whole huge pages.
+	 * by single-block releases, and the pool starts over: it grows again by whole huge pages. Every
+	 * block in use holds an object, so none is left on the lists that the high water forgets.
 	 */
+	assert(zp->lru_head == NIL);
 	urelease_pages(zp->base, (size_t)zp->hwm << zp->shift);
 	zp->hwm = 0;
 	zp->committed = 0;
@@ -386,12 +388,18 @@ static uint32_t zpool_alloc(struct zpool *zp, unsigned ci, uint32_t avoid, bool 
 	if (i == NIL) {
 		if (!may_grow)
 			return NIL;
+		/*
+		 * A fresh block has room for its first slot: block_new() refused at the limit. It is not
+		 * looked at again: max_bytes is set without the lock, and a fresh block refused by a second
+		 * look at a capacity that shrank meanwhile stayed listed holding nothing, which the reset
+		 * of an emptied pool then forgot (a later handle named a block above the high water).
+		 */
 		i = block_new(zp, ci);
 		if (i == NIL)
 			return NIL;
-	}
-	if (!zp->blocks[i].free_head && zpool_growth(zp, i) + zp->committed > zp->max_bytes)
+	} else if (!zp->blocks[i].free_head && zpool_growth(zp, i) + zp->committed > zp->max_bytes) {
 		return NIL; /* the next slot would touch a page beyond the limit */
+	}
 	if (zp->lru_head != i) {
 		lru_unlink(zp, i);
 		lru_push_head(zp, i);
@@ -642,13 +650,40 @@ static int zpool_load(struct backend *b, uint32_t owner, const uint64_t *handles
 	return ret;
 }
 
+/*
+ * A release must name a live object of page @owner. When it does not, the assertion that follows is
+ * preceded by what the handle names (its block's state and slots, the high water, the header's owner)
+ * and the pool's totals, so that one occurrence says which invariant broke. Context: zp->lock held.
+ */
+static void release_check(struct zpool *zp, uint64_t h, uint32_t owner)
+{
+	uint32_t blk = (uint32_t)(h >> ZP_SLOT_BITS), slot = h & ((1u << ZP_SLOT_BITS) - 1);
+	const struct zblock *b;
+
+	if (handle_ok(zp, h, owner))
+		return;
+	b = h > UINT32_MAX || blk >= zp->max_blocks ? NULL : &zp->blocks[blk];
+	if (!b)
+		err_invariant("zpool: release of handle %#llx for page %u: beyond the %u blocks reserved",
+			      (unsigned long long)h, owner, zp->max_blocks);
+	else
+		err_invariant(
+			"zpool: release of handle %#llx (block %u slot %u) for page %u: block state %u, "
+			"class %u, %u used of %u slots taken, header owner %u; high water %u blocks, "
+			"%llu objects, committed %llu of %llu bytes",
+			(unsigned long long)h, blk, slot, owner, b->state, b->cls, b->nr_used, b->nr_alloc,
+			slot < zp->cls[b->cls].per_block ? hdr_owner(obj_ptr(zp, blk, slot)) : 0, zp->hwm,
+			(unsigned long long)zp->nr_objs, (unsigned long long)zp->committed,
+			(unsigned long long)zp->max_bytes);
+	assert(!"zpool_release: the handle names no live object of its page");
+}
+
 static void zpool_release(struct backend *b, uint32_t owner, uint64_t h)
 {
 	struct zpool *zp = b->priv;
 
 	pthread_mutex_lock(&zp->lock);
-	assert(handle_ok(zp, h, owner));
-	(void)owner;
+	release_check(zp, h, owner);
 	zpool_free_obj(zp, (uint32_t)(h >> ZP_SLOT_BITS), h & ((1u << ZP_SLOT_BITS) - 1), true);
 	pthread_mutex_unlock(&zp->lock);
 }

@@ -8,8 +8,9 @@
 int err_set(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void err_clear(void);
 /*
- * err_invariant() - a broken invariant found by a validator (DEBUG builds): "uswap: invariant: ..." on
- * stderr, where a test run shows it, and the same message for uswap_errmsg(). Return: -EUCLEAN.
+ * err_invariant() - a broken invariant found by a validator (DEBUG builds), or by a check just before
+ * its assertion fails (any build): "uswap: invariant: ..." on stderr, where a test run shows it, and
+ * the same message for uswap_errmsg(). Return: -EUCLEAN.
  */
 int err_invariant(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
