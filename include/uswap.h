@@ -242,11 +242,10 @@ struct uswap_mm_options {
 	 */
 	unsigned discards_reported;
 	/*
-	 * 1: the limit finds itself. Four times a second it is set to a share of the program's footprint
-	 * (resident and swapped pages, and what it grew by since the last look), under limit_bytes (a
-	 * ceiling it never passes; 0: none) and never below auto_min_bytes. The share goes down while the
-	 * program's threads wait on swap-ins and soft faults for less than auto_stall_ppm of the wall
-	 * time, and up at once when they wait more. uswap_mm_set_limit() then sets the ceiling.
+	 * 1: the limit finds itself. It starts at limit_bytes (a ceiling it never passes; 0: none) and,
+	 * once a second, goes down while the program's threads wait on swap-ins and soft faults for less
+	 * than auto_stall_ppm of the wall time, and up at once when they wait more, never below
+	 * auto_min_bytes. uswap_mm_set_limit() then sets the ceiling.
 	 */
 	unsigned limit_auto;
 	unsigned auto_stall_ppm; /* target share of the wall time spent waiting (10000 = 1%, the default) */

@@ -57,7 +57,8 @@ void profile_print_table(FILE *f, const struct prun *runs, size_t n)
 		if (r->kind != PRUN_AUTO)
 			continue;
 		if (!r->hist_n) {
-			fprintf(f, "%s: no limit history (a sample a second; the run was shorter)\n",
+			fprintf(f,
+				"%s: no limit history (the limit moves once a second; the run was shorter)\n",
 				r->label);
 			continue;
 		}

@@ -551,7 +551,6 @@ int uswap_mm_set_limit(struct uswap_mm *m, uint64_t limit_bytes)
 		atomic_store(&m->auto_max_bytes, limit_bytes);
 		if (!limit_bytes || cur <= limit_bytes)
 			return 0;
-		atomic_store(&m->auto_rebase, true);
 	}
 	reclaim_limit(m, limit_bytes);
 	return 0;

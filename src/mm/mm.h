@@ -245,9 +245,8 @@ struct uswap_mm {
 	/* limit_auto (reclaim.c's auto_tick(), the reclaimer's alone): bounds, target, last look */
 	bool limit_auto;
 	unsigned auto_stall_ppm, auto_hold;
-	uint64_t auto_avg_ppm, auto_prev_foot, auto_keep_permille;
+	uint64_t auto_avg_ppm, auto_prev_use;
 	_Atomic uint64_t auto_max_bytes; /* the ceiling (uswap_mm_set_limit()) */
-	_Atomic bool auto_rebase;        /* a limit set from outside: the share is what it holds */
 	uint64_t auto_min_bytes, auto_next_ms, auto_prev_ms, auto_prev_stall;
 	_Atomic uintptr_t ra_next; /* where a sequential run of swap-ins would fault next */
 	_Atomic unsigned ra_pages; /* swap-in readahead window, pages (0: off) */

@@ -177,30 +177,22 @@ void reclaim_limit(struct uswap_mm *m, uint64_t limit_bytes)
 }
 
 /*
- * A limit that finds itself (limit_auto), looked at every AUTO_PERIOD_MS by the reclaimer. What it
- * moves is a share of the program's footprint (every page it has: resident and swapped), keep_permille,
- * and the limit is that share of the footprint the program will have at the next look (what it has
- * plus what it grew by since the last one). So the limit follows a program that grows or shrinks: a
- * share learnt in one phase holds in the next, and a program that frees memory is not left with a
- * limit over what it has. The share moves with the time the program's threads waited on swap-ins and
- * soft faults (stall_ns) against the wall time, averaged over the last looks (each look weighs half):
- * under half the target it comes down by up to AUTO_LOWER_PERMILLE a look, less the nearer the stall
- * is to the target; over the target it goes up at once, by AUTO_RAISE_PERMILLE per multiple of the
- * target (at most AUTO_RAISE_MAX), and stays for AUTO_HOLD looks; in between it stays. While the
- * program grows (its footprint up by more than 1/256 in a look) neither the share nor the limit comes
- * down (at the start the limit is the ceiling): a limit that came down, or followed the growth a look
- * behind, onto a program still filling its memory met data the program came back to (python3's dict
- * resizing and sorting, node's heap) and cost it 25-50% in stalls (docs/results.md). A steady descent and a
- * quick, measured retreat, as Senpai does with the kernel's pressure stall figures: the program seldom
- * waits long, and the limit does not swing. The share starts over everything (1/32 spare); a limit
- * set from outside (uswap_mm_set_limit() under the current one) sets it to what that limit holds.
+ * A limit that finds itself (limit_auto), looked at every AUTO_PERIOD_MS by the reclaimer: the time
+ * the program's threads waited on swap-ins and soft faults (stall_ns) against the wall time, averaged
+ * over the last looks (each look weighs half). While the program grows (what it uses went up by more
+ * than 1/64 since the last look) the limit stays. Under half the target share the limit comes down to
+ * what the program uses (resident pages, and the pool with pool_in_limit) and below it, by up to
+ * AUTO_LOWER_PERMILLE a look, less the nearer the stall is to the target; over the target it goes up
+ * at once, by AUTO_RAISE_PERMILLE per multiple of the target (at most AUTO_RAISE_MAX), and stays for
+ * AUTO_HOLD looks; in between it stays. A slow descent and a quick, measured retreat, as Senpai does
+ * with the kernel's pressure stall figures: the program seldom waits long, and the limit does not
+ * swing.
  */
-#define AUTO_PERIOD_MS      250
-#define AUTO_LOWER_PERMILLE 10 /* 4% a second */
+#define AUTO_PERIOD_MS      1000
+#define AUTO_LOWER_PERMILLE 20
 #define AUTO_RAISE_PERMILLE 20
 #define AUTO_RAISE_MAX      200
-#define AUTO_HOLD           12                 /* 3 s */
-#define AUTO_KEEP_MAX       (1000 + 1000 / 32) /* every page, and a little spare */
+#define AUTO_HOLD           5
 
 /* The limit as limit_auto moves it: the budget with pool_in_limit, else the resident limit. */
 static uint64_t auto_current(struct uswap_mm *m)
@@ -210,47 +202,47 @@ static uint64_t auto_current(struct uswap_mm *m)
 
 static void auto_tick(struct uswap_mm *m)
 {
-	uint64_t now = mono_ms(), stall = atomic_load(&m->c.stall_ns), share, cur, foot, ahead, next,
-		 permille;
+	uint64_t now = mono_ms(), stall = atomic_load(&m->c.stall_ns), share, cur, use, next, permille;
 	uint64_t max = atomic_load(&m->auto_max_bytes), target = m->auto_stall_ppm;
 	bool growing;
 
 	if (now < m->auto_next_ms)
 		return;
 	m->auto_next_ms = now + AUTO_PERIOD_MS;
-	cur = auto_current(m);
-	foot = (atomic_load(&m->resident) + atomic_load(&m->swapped)) * MM_PAGE;
 	if (!m->auto_prev_ms || now <= m->auto_prev_ms) {
 		m->auto_prev_ms = now;
 		m->auto_prev_stall = stall;
-		m->auto_prev_foot = foot;
-		m->auto_keep_permille = AUTO_KEEP_MAX;
 		return;
 	}
 	share = (stall - m->auto_prev_stall) / (now - m->auto_prev_ms); /* ns waited per ms: ppm */
 	share = m->auto_avg_ppm = (m->auto_avg_ppm + share) / 2;
 	m->auto_prev_ms = now;
 	m->auto_prev_stall = stall;
-	ahead = foot + (foot > m->auto_prev_foot ? foot - m->auto_prev_foot : 0);
-	growing = ahead - foot > foot / 256; /* ~1/64 a second */
-	m->auto_prev_foot = foot;
-	if (foot && atomic_exchange(&m->auto_rebase, false))
-		m->auto_keep_permille = cur * 1000 / foot < AUTO_KEEP_MAX ? cur * 1000 / foot : AUTO_KEEP_MAX;
+	cur = auto_current(m);
+	use = atomic_load(&m->resident) * MM_PAGE +
+	      (m->pool_in_limit && m->swap ? uswap_mem_bytes(m->swap) : 0);
+	/* A program still growing is not lowered onto: the limit would chase its growth with stalls. */
+	growing = use > m->auto_prev_use + m->auto_prev_use / 64;
+	m->auto_prev_use = use;
 	if (share > target) {
+		/* never past what would hold every page the program has (beyond, nothing more comes back) */
+		uint64_t all = (atomic_load(&m->resident) + atomic_load(&m->swapped)) * MM_PAGE;
+
 		permille = AUTO_RAISE_PERMILLE * (share / target);
-		m->auto_keep_permille += permille < AUTO_RAISE_MAX ? permille : AUTO_RAISE_MAX;
-		if (m->auto_keep_permille > AUTO_KEEP_MAX)
-			m->auto_keep_permille = AUTO_KEEP_MAX;
-		m->auto_hold = AUTO_HOLD;
+		next = cur + cur / 1000 * (permille < AUTO_RAISE_MAX ? permille : AUTO_RAISE_MAX);
+		if (next > all + all / 32)
+			next = all + all / 32;
+		if (next > cur)
+			m->auto_hold = AUTO_HOLD;
 	} else if (m->auto_hold || share > target / 2 || growing) {
 		m->auto_hold -= m->auto_hold > 0;
+		return;
 	} else {
+		uint64_t base = use + use / 32 < cur ? use + use / 32 : cur;
+
 		permille = AUTO_LOWER_PERMILLE * (target - 2 * share) / target;
-		m->auto_keep_permille -= permille < m->auto_keep_permille ? permille : 0;
+		next = base - base / 1000 * permille;
 	}
-	next = ahead / 1000 * m->auto_keep_permille;
-	if (growing && next < cur)
-		next = cur;
 	if (!max)
 		max = (uint64_t)sysconf(_SC_PHYS_PAGES) * MM_PAGE;
 	if (next > max)
@@ -695,11 +687,7 @@ static void *reclaimer_main(void *arg)
 				struct timespec ts;
 
 				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += AUTO_PERIOD_MS * 1000000L;
-				if (ts.tv_nsec >= 1000000000L) {
-					ts.tv_sec += ts.tv_nsec / 1000000000L;
-					ts.tv_nsec %= 1000000000L;
-				}
+				ts.tv_sec += AUTO_PERIOD_MS / 1000;
 				pthread_cond_timedwait(&m->kick, &m->kick_lock, &ts);
 			} else {
 				pthread_cond_wait(&m->kick, &m->kick_lock);
