@@ -443,6 +443,10 @@ static void *uffd_floor_main(void *arg)
 	struct uffd_floor *f = arg;
 	struct uffd_msg msg;
 
+	/*
+	 * The descriptor does not block: a poll that says ready may find no message, and a blocking
+	 * read then waits forever, past the end of the touches (seen under perf's uprobes).
+	 */
 	while (!atomic_load(&f->done)) {
 		struct pollfd pfd = {.fd = f->uffd, .events = POLLIN};
 
@@ -460,14 +464,15 @@ static void *uffd_floor_main(void *arg)
 
 static double uffd_floor_us(size_t len)
 {
-	struct uffd_floor f = {.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY)};
+	struct uffd_floor f = {
+		.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY)};
 	struct uffdio_api api = {.api = UFFD_API};
 	unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	double t = 0;
 	pthread_t th;
 
 	if (f.uffd < 0)
-		f.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+		f.uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
 	f.zero = aligned_alloc(PS, PS);
 	if (f.uffd < 0 || p == MAP_FAILED || !f.zero || ioctl(f.uffd, UFFDIO_API, &api))
 		goto out;

@@ -15,6 +15,70 @@
 
 #define SPAN_PAGES 256 /* pages of program range demoted together by demote_front() */
 
+/* ---- stale shadow pages ---- */
+
+/*
+ * A soft fault copies its pages back from the shadow (a UFFDIO_COPY into the program's empty slots
+ * flushes nothing) rather than move them (a TLB flush each, which interrupts every CPU the program
+ * runs on), and leaves the shadow pages behind, stale. They go together: with the back hand's next
+ * release (reclaim.c's batch_flush()), when the list is full, and before anything changes the table
+ * (a region's shadow may go away then). Until then their folio is FL_STALE and no hand demotes it: its
+ * shadow slots are not empty (it was just touched anyway). At most STALE_PAGES pages wait.
+ */
+/* Release the list, and @n ranges of @more with it. Context: stale_lock held. */
+static void stale_flush(struct uswap_mm *m, const struct iovec *more, unsigned n)
+{
+	struct iovec iov[STALE_RANGES + RELEASE_RANGES];
+	unsigned ns = atomic_load(&m->nr_stale), k = n < RELEASE_RANGES ? n : RELEASE_RANGES;
+
+	if (k)
+		memcpy(iov, more, k * sizeof(*iov));
+	if (ns)
+		memcpy(iov + k, m->stale_iov, ns * sizeof(*iov));
+	if (k + ns)
+		ranges_zap(m, iov, k + ns);
+	if (n > k)
+		ranges_zap(m, more + k, n - k);
+	for (unsigned j = 0; j < ns; j++)
+		atomic_fetch_and(&m->stale_r[j]->folios[m->stale_fi[j]], ~FL_STALE);
+	atomic_store(&m->nr_stale, 0);
+	m->stale_pages = 0;
+}
+
+void stale_add(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t shadow, size_t n)
+{
+	unsigned ns;
+
+	atomic_fetch_or(&r->folios[fi], FL_STALE);
+	pthread_mutex_lock(&m->stale_lock);
+	ns = atomic_load(&m->nr_stale);
+	if (ns && m->stale_r[ns - 1] == r && m->stale_fi[ns - 1] == fi &&
+	    (uintptr_t)m->stale_iov[ns - 1].iov_base + m->stale_iov[ns - 1].iov_len == shadow) {
+		m->stale_iov[ns - 1].iov_len += n * MM_PAGE;
+	} else {
+		m->stale_iov[ns] = (struct iovec){(void *)shadow, n * MM_PAGE};
+		m->stale_r[ns] = r;
+		m->stale_fi[ns] = fi;
+		atomic_store(&m->nr_stale, ++ns);
+	}
+	m->stale_pages += n;
+	if (ns == STALE_RANGES || m->stale_pages >= STALE_PAGES)
+		stale_flush(m, NULL, 0);
+	pthread_mutex_unlock(&m->stale_lock);
+}
+
+void stale_release(struct uswap_mm *m, const struct iovec *more, unsigned n)
+{
+	if (!atomic_load_explicit(&m->nr_stale, memory_order_relaxed)) {
+		if (n)
+			ranges_zap(m, more, n);
+		return;
+	}
+	pthread_mutex_lock(&m->stale_lock);
+	stale_flush(m, more, n);
+	pthread_mutex_unlock(&m->stale_lock);
+}
+
 /*
  * Pages [i, i + n) of @r, PG_PRESENT, went to the shadow with uffd_move() and @st says where each
  * is: count the ones that arrived as inactive; a hole (the kernel zapped the page after a
@@ -321,11 +385,12 @@ size_t demote_front(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t w
 			size_t e;
 
 			region_folio_pages(r, f1, &e, &end);
-			if (end - first > SPAN_PAGES || (v & FL_SHADOW) ||
+			if (end - first > SPAN_PAGES || (v & (FL_SHADOW | FL_STALE)) ||
 			    ((v & FL_PRESENT) && (v & (FL_PINNED | FL_REF))) || !folio_trylock(f))
 				break;
 			v = atomic_load(f);
-			if ((v & FL_SHADOW) || ((v & FL_PRESENT) && (v & (FL_PINNED | FL_REF)))) {
+			if ((v & (FL_SHADOW | FL_STALE)) ||
+			    ((v & FL_PRESENT) && (v & (FL_PINNED | FL_REF)))) {
 				folio_unlock(f);
 				break;
 			}

@@ -165,6 +165,7 @@ int fault_resolve(struct uswap_mm *m, unsigned char *stage, uintptr_t addr, bool
 		 */
 		fault_settle(m);
 		pthread_rwlock_wrlock(&m->tbl_lock);
+		stale_release(m, NULL, 0); /* before a shadow range can go */
 		region_adopt(m, addr, m->sigbus);
 		pthread_rwlock_unlock(&m->tbl_lock);
 		pthread_rwlock_rdlock(&m->tbl_lock);
@@ -344,6 +345,7 @@ static void on_unmap(struct uswap_mm *m, uintptr_t start, uintptr_t end, uint64_
 {
 	atomic_fetch_add(&m->c.events_unmap, 1);
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	/* A region made after this event was read is a new mapping at a reused address: not ours to cut. */
 	for (unsigned ri = region_after(m, start); ri < m->nr_regions && m->tbl[ri]->start < end;) {
 		struct mm_region *r = m->tbl[ri];
@@ -363,6 +365,7 @@ static void on_remap(struct uswap_mm *m, uintptr_t from, uintptr_t to, size_t le
 {
 	atomic_fetch_add(&m->c.events_remap, 1);
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	region_remap(m, from, to, len);
 	pthread_rwlock_unlock(&m->tbl_lock);
 }

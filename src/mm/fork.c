@@ -125,6 +125,7 @@ static void mm_fork_prepare(struct uswap_mm *m)
 	if (atomic_load(&m->c.evicted_pages) || atomic_load(&m->inactive))
 		ndc = region_dontfork_ranges(dc, DONTFORK_MAX);
 	bring_all_in(m, dc, ndc);
+	stale_release(m, NULL, 0); /* the child would get a copy of them */
 	pthread_rwlock_unlock(&m->tbl_lock);
 }
 

@@ -68,6 +68,7 @@ static void mm_free(struct uswap_mm *m)
 	pthread_mutex_destroy(&m->reclaim_lock);
 	pthread_mutex_destroy(&m->bal_lock);
 	pthread_mutex_destroy(&m->ev_lock);
+	pthread_mutex_destroy(&m->stale_lock);
 	pthread_mutex_destroy(&m->kick_lock);
 	pthread_cond_destroy(&m->kick);
 	mm_unmap_mem(m, sizeof(*m));
@@ -139,6 +140,7 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	pthread_mutex_init(&m->reclaim_lock, NULL);
 	pthread_mutex_init(&m->bal_lock, NULL);
 	pthread_mutex_init(&m->ev_lock, NULL);
+	pthread_mutex_init(&m->stale_lock, NULL);
 	pthread_mutex_init(&m->kick_lock, NULL);
 	pthread_cond_init(&m->kick, NULL);
 	limit = o ? o->limit_bytes : 0;
@@ -276,6 +278,7 @@ void uswap_mm_destroy(struct uswap_mm *m)
 	fault_stop(m);
 	reclaim_stop(m);
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	while (m->nr_regions) {
 		struct mm_region *r = m->tbl[m->nr_regions - 1];
 		uintptr_t start = r->start, end = r->end;
@@ -339,6 +342,7 @@ int uswap_map(struct uswap_mm *m, size_t len, size_t folio_bytes, void **out)
 	if (p + span > a + len)
 		munmap((void *)(a + len), p + span - (a + len));
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	ret = region_add(m, a, a + len, shift, true, false, NULL);
 	pthread_rwlock_unlock(&m->tbl_lock);
 	if (ret) {
@@ -373,6 +377,7 @@ int uswap_unmap(struct uswap_mm *m, void *addr, size_t len)
 	rg.start = s;
 	rg.len = len;
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	/* Unregister first: then munmap raises no event and a stray touch is the kernel's business. */
 	for (unsigned ri = region_after(m, s); ri < m->nr_regions && m->tbl[ri]->start < e; ri++) {
 		struct mm_region *r = m->tbl[ri];
@@ -393,6 +398,7 @@ static int region_add_new(struct uswap_mm *m, uintptr_t s, size_t len, unsigned 
 	int ret;
 
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	ri = region_after(m, s);
 	if (ri < m->nr_regions && m->tbl[ri]->start < s + len)
 		ret = err_set(-EEXIST, "[%p, +%zu) overlaps a registered range", (void *)s, len);
@@ -461,6 +467,7 @@ int uswap_unregister(struct uswap_mm *m, void *addr, size_t len)
 	if (ret)
 		return ret;
 	pthread_rwlock_wrlock(&m->tbl_lock);
+	stale_release(m, NULL, 0); /* before a shadow range can go */
 	for (unsigned ri = region_after(m, s); ri < m->nr_regions && m->tbl[ri]->start < e;) {
 		struct mm_region *r = m->tbl[ri];
 		uintptr_t a = s > r->start ? s : r->start, b = e < r->end ? e : r->end;

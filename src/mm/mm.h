@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <linux/types.h>
 
@@ -92,6 +93,7 @@ static inline bool pg_copy_follows(uint64_t a, uint64_t b)
 #define FL_SHADOW  16u /* some page SHADOW */
 #define FL_PINNED  32u /* the last demotion failed (shared with a fork child, mlocked...): skip a round */
 #define FL_SWAPPED 64u /* some page SWAPPED */
+#define FL_STALE   (1u << 27) /* a soft fault left shadow pages behind, not released yet */
 /*
  * The folio's SWAPPED pages and its clean PRESENT/SHADOW pages, as folio_summarize() last counted
  * them: changed only with the page words (folio lock, or tbl_lock held for writing), so that the
@@ -258,6 +260,20 @@ struct uswap_mm {
 #define WP_FAULT_COST 4       /* a write fault on a clean page scores -4, a clean eviction +1 */
 	_Atomic uint64_t wp_probe;
 
+	/*
+	 * Shadow pages that soft faults copied back and left behind (demote.c's stale_add()), released
+	 * together: their folios are FL_STALE until then.
+	 */
+#define STALE_RANGES   64
+#define STALE_PAGES    256
+#define RELEASE_RANGES 64 /* ranges a release of evicted shadow pages takes with them */
+	pthread_mutex_t stale_lock;
+	struct iovec stale_iov[STALE_RANGES];
+	struct mm_region *stale_r[STALE_RANGES];
+	size_t stale_fi[STALE_RANGES];
+	_Atomic unsigned nr_stale; /* written under stale_lock, read without it to skip an empty list */
+	size_t stale_pages;
+
 	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */
 	uint64_t ev_read;            /* events read so far; protected by ev_lock */
 	_Atomic uint64_t ev_applied; /* events applied, in read order (see apply_event()) */
@@ -360,6 +376,16 @@ bool swapin_around(struct uswap_mm *m, struct mm_region *r, size_t fi);
 void swapin_readahead(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, size_t fi);
 
 /* demote.c */
+/*
+ * Pages [shadow, shadow + n pages) of folio @fi of @r were copied back to the program: leave them to
+ * be released with others, and the folio FL_STALE until then. Context: folio locked, tbl_lock held.
+ */
+void stale_add(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t shadow, size_t n);
+/*
+ * Release the stale shadow pages, and @n more ranges with them (one process_madvise() for all).
+ * Context: tbl_lock held (read or write).
+ */
+void stale_release(struct uswap_mm *m, const struct iovec *more, unsigned n);
 #define MAX_COW 16 /* ranges shared with a fork child noted per hand advance, for cow_break() */
 struct hand_result {
 	size_t pages;   /* demoted or evicted */

@@ -34,12 +34,15 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#define ROUND_PAGES     64 /* pages evicted per round under reclaim_lock */
-#define LOCK_CHUNK      64 /* folios handled per hold of tbl_lock (BATCH: one release a hold) */
+#define ROUND_PAGES 64 /* pages evicted per round under reclaim_lock */
+#define LOCK_CHUNK                                                                                           \
+	64                 /* folios handled per hold of tbl_lock (BATCH: one release a hold; a
+			    batching front hand: 2 * WINDOW_FOLIOS) */
 #define PASS_PER_FOLIO  64 /* folios a hand may pass over (nothing to do there) per folio it may handle */
 #define DRY_ROUNDS      8  /* a background run ends after this many rounds evicted nothing */
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
-#define BATCH           64 /* shadow ranges released together, folios held until then */
+#define BATCH           RELEASE_RANGES /* shadow ranges released together, folios held until then */
+#define FRONT_BATCH     WINDOW_FOLIOS  /* the fewest folios a background round demotes, batching */
 
 /*
  * Every change that takes a page away from the program's range or from a shadow range costs a TLB
@@ -275,8 +278,8 @@ static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t
 /* Release the batch's shadow pages, then count them gone and unlock their folios. */
 static void batch_flush(struct uswap_mm *m, struct release_batch *b)
 {
-	if (b->nr_iov)
-		ranges_zap(m, b->iov, b->nr_iov);
+	if (b->nr_iov) /* the soft faults' stale shadow pages go with them */
+		stale_release(m, b->iov, b->nr_iov);
 	atomic_fetch_sub(&m->resident, b->pages);
 	atomic_fetch_sub(&m->inactive, b->pages);
 	atomic_fetch_add(&m->c.evicted_pages, b->pages);
@@ -446,8 +449,9 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 			pthread_rwlock_unlock(&m->tbl_lock);
 			return;
 		}
-		while (chunk < LOCK_CHUNK && chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO &&
-		       res->pages + win.pages < want && scanned < max_scan) {
+		while (chunk < (batching ? 2 * WINDOW_FOLIOS : LOCK_CHUNK) &&
+		       chunk_passed < LOCK_CHUNK * PASS_PER_FOLIO && res->pages + win.pages < want &&
+		       scanned < max_scan) {
 			struct mm_region *r = m->tbl[ri];
 			size_t skip = hand_skip(r, fi);
 
@@ -485,8 +489,10 @@ static void hand_advance(struct uswap_mm *m, bool front, size_t want, size_t max
 					res->touched++;
 				} else if (folio_trylock(f)) {
 					v = atomic_load(f);
-					if (batching && (v & FL_PRESENT) &&
-					    !(v & (FL_SHADOW | FL_REF | FL_PINNED))) {
+					if (v & FL_STALE) { /* just touched; its shadow slots are taken */
+						folio_unlock(f);
+					} else if (batching && (v & FL_PRESENT) &&
+						   !(v & (FL_SHADOW | FL_REF | FL_PINNED))) {
 						if (!demote_window_fits(&win, r, fi)) {
 							res->pages += demote_window_flush(m, &win, res);
 							win.pages = 0;
@@ -604,9 +610,16 @@ static size_t reclaim_rounds(struct uswap_mm *m, uint64_t target, bool direct, b
 		if (inact < atomic_load(&m->inactive_target_pages) + want) {
 			uint64_t fwant = atomic_load(&m->inactive_target_pages) + want - inact;
 
-			/* A fault is waiting behind direct reclaim: refill the inactive list only a little. */
+			/*
+			 * A fault is waiting behind direct reclaim: refill the inactive list only a little.
+			 * In the background, batched demotion pays three TLB flushes a window whatever
+			 * its size: refill by full windows, overshooting the target by less than one.
+			 */
 			if (direct && fwant > 2 * want)
 				fwant = 2 * want;
+			else if (!direct && m->discards_reported && fwant < FRONT_BATCH &&
+				 FRONT_BATCH < atomic_load(&m->inactive_target_pages) / 2)
+				fwant = FRONT_BATCH;
 			hand_advance(m, true, fwant, 4 * fwant + 64, &front);
 		}
 		hand_advance(m, false, want, 4 * want + 64, &back);

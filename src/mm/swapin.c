@@ -32,16 +32,21 @@ static int in_zero(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, 
 
 /*
  * Whether a page swapped in by a read keeps its swap copy (mapped write-protected). A clean
- * eviction (no store) scores +1, a write fault on a clean page (a wasted round trip, several times
- * the cost of a store) scores -WP_FAULT_COST. While the score is negative, one read in
- * WP_PROBE_EVERY still keeps its copy, so that a change of behaviour is noticed.
+ * eviction (no store) scores +1, a write fault on a clean page (a wasted round trip and a TLB flush,
+ * several times the cost of a store) scores -WP_FAULT_COST. While the score is negative, one read in
+ * WP_PROBE_EVERY still keeps its copy, so that a change of behaviour is noticed; one in four times
+ * as many once the score is down in its lower half, where reads are almost always followed by a write
+ * (x++, a reference count), and each probe is such a fault.
  */
 #define WP_PROBE_EVERY 16
 static bool clean_pays(struct uswap_mm *m)
 {
-	if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) >= 0)
+	int score = atomic_load_explicit(&m->wp_score, memory_order_relaxed);
+	unsigned every = score < -WP_SCORE_MAX / 2 ? 4 * WP_PROBE_EVERY : WP_PROBE_EVERY;
+
+	if (score >= 0)
 		return true;
-	return atomic_fetch_add_explicit(&m->wp_probe, 1, memory_order_relaxed) % WP_PROBE_EVERY == 0;
+	return atomic_fetch_add_explicit(&m->wp_probe, 1, memory_order_relaxed) % every == 0;
 }
 
 /*
@@ -108,56 +113,25 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 }
 
 /*
- * Page @i of @r back from the shadow by copy, when a move cannot take it: the kernel moves a page
- * only between vmas of the same protection, and the program may have made its range read-only or
- * PROT_NONE since the page went to the shadow (the fault then comes from a read, or from the kernel
- * on the program's behalf). Return: 0, or -errno with the page still in the shadow.
+ * Pages [i, i + n) of folio @fi, in the shadow, back to the program by copy (see stale_add()): a
+ * clean page read keeps its copy and comes back write-protected, any other page comes back dirty.
  */
-static int shadow_copy_back(struct uswap_mm *m, struct mm_region *r, size_t i, bool wake)
+static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t i, size_t n, bool write,
+		     bool wake)
 {
-	size_t done;
-	int ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), MM_PAGE, false, wake,
+	bool clean = r->pages[i] & PG_CLEAN, keep = clean && !write;
+	size_t done, dp;
+	int ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, keep, wake,
 				 &done);
 
-	if (ret)
+	dp = done / MM_PAGE;
+	if (!dp)
 		return ret;
-	umadvise((void *)region_shadow(r, i), MM_PAGE, MADV_DONTNEED);
-	return 0;
-}
-
-static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n, bool write, bool wake)
-{
-	bool clean = r->pages[i] & PG_CLEAN;
-	size_t done, dp;
-	int ret;
-
-	if (clean && !write) {
-		/* MOVE would map the page writable and lose the protection: copy it in protected. */
-		ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, true,
-				     wake, &done);
-		dp = done / MM_PAGE;
-		if (dp)
-			umadvise((void *)region_shadow(r, i), dp * MM_PAGE, MADV_DONTNEED);
-		for (size_t j = 0; j < dp; j++)
-			r->pages[i + j] = (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT;
-	} else {
-		uint8_t st[MV_MAX_PAGES];
-
-		ret = uffd_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, wake, st);
-		dp = 0;
-		for (size_t j = 0; j < n; j++) {
-			if (st[j] == MV_LEFT && ret == -EINVAL && !shadow_copy_back(m, r, i + j, wake))
-				st[j] = MV_MOVED;
-			if (st[j] != MV_MOVED)
-				continue; /* still in the shadow, still counted there */
-			if (clean)
-				pages_put_copies(m, r, i + j, i + j + 1);
-			r->pages[i + j] = PG_PRESENT;
-			dp++;
-		}
-		if (ret == -EINVAL && dp == n)
-			ret = 0;
-	}
+	if (clean && !keep)
+		pages_put_copies(m, r, i, i + dp);
+	for (size_t j = 0; j < dp; j++)
+		r->pages[i + j] = keep ? (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT : PG_PRESENT;
+	stale_add(m, r, fi, region_shadow(r, i), dp);
 	atomic_fetch_sub(&m->inactive, dp);
 	return ret;
 }
@@ -196,7 +170,7 @@ int swapin_folio(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, 
 			       (r->pages[i + n] & PG_CLEAN) == (w & PG_CLEAN) &&
 			       (!(w & PG_CLEAN) || pg_copy_follows(r->pages[i + n - 1], r->pages[i + n])))
 				n++;
-			ret = in_shadow(m, r, i, n, write, wake);
+			ret = in_shadow(m, r, fi, i, n, write, wake);
 			soft = true;
 			break;
 		}

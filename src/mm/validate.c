@@ -138,8 +138,8 @@ static int validate_page(struct uswap_mm *m, struct mm_region *r, size_t i, stru
 static int validate_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, struct mm_sums *s)
 {
 	uint32_t f = atomic_load(&r->folios[fi]), want = 0, swapped = 0, clean = 0;
-	uint32_t known =
-		FL_LOCK | FL_WAIT | FL_REF | FL_PRESENT | FL_SHADOW | FL_PINNED | FL_SWAPPED | FL_COUNTS;
+	uint32_t known = FL_LOCK | FL_WAIT | FL_REF | FL_PRESENT | FL_SHADOW | FL_PINNED | FL_SWAPPED |
+			 FL_STALE | FL_COUNTS;
 	uintptr_t fa = r->fbase + (fi << (MM_PAGE_SHIFT + r->folio_shift));
 	size_t first, end;
 	int ret;
