@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -110,6 +111,11 @@ void fill_pages(void *p, size_t npages, enum page_kind kind, uint64_t seed)
 
 int check_cmd(char *const argv[], const char *out, const char *err)
 {
+	return check_cmd_rusage(argv, out, err, NULL);
+}
+
+int check_cmd_rusage(char *const argv[], const char *out, const char *err, struct rusage *ru)
+{
 	pid_t pid = fork();
 	int st = -1;
 
@@ -126,12 +132,12 @@ int check_cmd(char *const argv[], const char *out, const char *err)
 		_exit(126);
 	}
 	setpgid(pid, pid);
-	for (int waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited++) {
+	for (int waited = 0; wait4(pid, &st, WNOHANG, ru) == 0; waited++) {
 		if (waited == CHECK_CMD_TIMEOUT_S * 10) {
 			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0],
 				CHECK_CMD_TIMEOUT_S);
 			kill(-pid, SIGKILL);
-			waitpid(pid, &st, 0);
+			wait4(pid, &st, 0, ru);
 			break;
 		}
 		usleep(100000);

@@ -96,6 +96,9 @@ void check_skip_test(const char *why);
  */
 #define CHECK_CMD_TIMEOUT_S 300
 int check_cmd(char *const argv[], const char *out, const char *err);
+/* check_cmd(), and the program's resource usage (wait4(): ru_maxrss is its peak resident KiB) in @ru. */
+struct rusage;
+int check_cmd_rusage(char *const argv[], const char *out, const char *err, struct rusage *ru);
 /* The whole file at @path, NUL-terminated (its length in @len), or NULL; free() it. */
 char *check_slurp(const char *path, size_t *len);
 /* Write @text to @path (a failed check if it cannot). */
