@@ -27,7 +27,8 @@ static bool have(const char *path, const char *package)
 
 	if (!access(path, X_OK))
 		return true;
-	snprintf(why, sizeof(why), "%s not installed (package %s; scripts/deps.sh installs it)", path, package);
+	snprintf(why, sizeof(why), "%s not installed (package %s; scripts/deps.sh installs it)", path,
+		 package);
 	check_skip_test(why);
 	return false;
 }
@@ -36,7 +37,8 @@ static bool have(const char *path, const char *package)
  * `uswap run --limit @limit --stats-json @stats -- @cmd...` with stdout to @out and stderr to @err.
  * Return: its wait status (the program's, passed on).
  */
-static int run_under(const char *limit, const char *stats, char *const cmd[], const char *out, const char *err)
+static int run_under(const char *limit, const char *stats, char *const cmd[], const char *out,
+		     const char *err)
 {
 	char *argv[40] = {uswap_bin, "run", "--limit", (char *)limit, "--stats-json", (char *)stats, "--"};
 	int n = 7;
@@ -59,7 +61,9 @@ static void check_swapped(const char *stats, long long min_evicted)
 	long long evicted = check_json_sum(js, "evicted_pages"), swapins = check_json_sum(js, "swapins");
 
 	if (evicted <= min_evicted || swapins <= 0)
-		fprintf(stderr, "[%s] not swapped as it must be (evicted %lld pages, want > %lld; %lld swap-ins): %s\n",
+		fprintf(stderr,
+			"[%s] not swapped as it must be (evicted %lld pages, want > %lld; %lld swap-ins): "
+			"%s\n",
 			check_test, evicted, min_evicted, swapins, js ? js : "(no summary)");
 	CHECK(evicted > min_evicted);
 	CHECK(swapins > 0);
@@ -100,9 +104,9 @@ static bool stress_line_bad(const char *line)
 static void stress_ng_vm(void)
 {
 	char out[300], err[300], stats[300], line[512];
-	char *cmd[] = {"/usr/bin/stress-ng", "--vm",   "2",           "--vm-bytes", "256M", "--vm-method",
-		       "all",                "--verify", "--timeout", "25s",        "--metrics-brief", "--temp-path",
-		       tmpdir,               NULL};
+	char *cmd[] = {"/usr/bin/stress-ng", "--vm",        "2",        "--vm-bytes", "256M",
+		       "--vm-method",        "all",         "--verify", "--timeout",  "25s",
+		       "--metrics-brief",    "--temp-path", tmpdir,     NULL};
 	unsigned long long bogo_ops = 0;
 	bool completed = false;
 
@@ -126,7 +130,8 @@ static void stress_ng_vm(void)
 				fprintf(stderr, "[%s] stress-ng: %s", check_test, line);
 				CHECK(!stress_line_bad(line));
 			}
-			completed |= strstr(line, "successful run completed") && !strstr(line, "unsuccessful");
+			completed |=
+				strstr(line, "successful run completed") && !strstr(line, "unsuccessful");
 			if (m && strstr(line, "metrc:"))
 				bogo_ops = strtoull(m + 5, NULL, 10);
 		}
@@ -134,7 +139,9 @@ static void stress_ng_vm(void)
 			fclose(in);
 	}
 	if (!completed || !bogo_ops)
-		fprintf(stderr, "[%s] stress-ng: want \"successful run completed\" and a metrics line with vm bogo ops\n",
+		fprintf(stderr,
+			"[%s] stress-ng: want \"successful run completed\" and a metrics line with vm bogo "
+			"ops\n",
 			check_test);
 	CHECK(completed);
 	CHECK(bogo_ops > 0);
@@ -240,14 +247,16 @@ static void zstd_round_trip(void)
 	check_swapped(cstats, (ZSTD_DATA_MIB / 2) << 8);
 	long long d = files_differ(uz, pz);
 	if (d >= 0)
-		fprintf(stderr, "[%s] compressed under uswap, zstd's output differs at byte %lld\n", check_test, d);
+		fprintf(stderr, "[%s] compressed under uswap, zstd's output differs at byte %lld\n",
+			check_test, d);
 	CHECK_EQ(d, -1);
 
 	CHECK_EQ(run_under(ZSTD_LIMIT, dstats, under_d, NULL, NULL), 0);
 	check_swapped(dstats, (ZSTD_DATA_MIB / 2) << 8);
 	d = files_differ(uback, data);
 	if (d >= 0)
-		fprintf(stderr, "[%s] decompressed under uswap, the data differs at byte %lld\n", check_test, d);
+		fprintf(stderr, "[%s] decompressed under uswap, the data differs at byte %lld\n", check_test,
+			d);
 	CHECK_EQ(d, -1);
 	unlink(data);
 	unlink(pz);
@@ -313,8 +322,8 @@ static long set_values(redisContext *c)
 		for (long i = first; i < first + REDIS_BATCH; i++) {
 			redisReply *r = NULL;
 
-			if (redisGetReply(c, (void **)&r) != REDIS_OK || !r || r->type != REDIS_REPLY_STATUS ||
-			    strcmp(r->str, "OK"))
+			if (redisGetReply(c, (void **)&r) != REDIS_OK || !r ||
+			    r->type != REDIS_REPLY_STATUS || strcmp(r->str, "OK"))
 				bad++;
 			if (r)
 				freeReplyObject(r);
@@ -336,12 +345,12 @@ static long check_values(redisContext *c)
 			redisReply *r = NULL;
 			const unsigned char *v;
 			size_t len = redis_value((uint64_t)i, page, &v);
-			bool ok = redisGetReply(c, (void **)&r) == REDIS_OK && r && r->type == REDIS_REPLY_STRING &&
-				  r->len == len && !memcmp(r->str, v, len);
+			bool ok = redisGetReply(c, (void **)&r) == REDIS_OK && r &&
+				  r->type == REDIS_REPLY_STRING && r->len == len && !memcmp(r->str, v, len);
 
 			if (!ok && bad++ < 5)
-				fprintf(stderr, "[%s] v:%ld came back wrong (%zu bytes, got %zu)\n", check_test, i,
-					len, r ? r->len : 0);
+				fprintf(stderr, "[%s] v:%ld came back wrong (%zu bytes, got %zu)\n",
+					check_test, i, len, r ? r->len : 0);
 			if (r)
 				freeReplyObject(r);
 		}
@@ -376,8 +385,8 @@ static long check_bench_values(redisContext *c, long *bad)
 			redisAppendCommand(c, "GET %b", k->element[i]->str, k->element[i]->len);
 		for (size_t i = 0; i < k->elements; i++) {
 			redisReply *g = NULL;
-			bool ok = redisGetReply(c, (void **)&g) == REDIS_OK && g && g->type == REDIS_REPLY_STRING &&
-				  g->len == BENCH_VALUE;
+			bool ok = redisGetReply(c, (void **)&g) == REDIS_OK && g &&
+				  g->type == REDIS_REPLY_STRING && g->len == BENCH_VALUE;
 
 			if (ok && !have_first) {
 				memcpy(first, g->str, BENCH_VALUE);
@@ -403,8 +412,23 @@ static void check_dataset(redisContext *c, int server_port, uint64_t limit)
 	char port[16];
 
 	snprintf(port, sizeof(port), "%d", server_port);
-	char *bench[] = {"/usr/bin/redis-benchmark", "-h", "127.0.0.1", "-p", port, "-t", "set", "-n", "200000", "-r",
-			 BENCH_KEYSPACE, "-d", BENCH_VALUE_S, "-P", "16", "-q", NULL};
+	char *bench[] = {"/usr/bin/redis-benchmark",
+			 "-h",
+			 "127.0.0.1",
+			 "-p",
+			 port,
+			 "-t",
+			 "set",
+			 "-n",
+			 "200000",
+			 "-r",
+			 BENCH_KEYSPACE,
+			 "-d",
+			 BENCH_VALUE_S,
+			 "-P",
+			 "16",
+			 "-q",
+			 NULL};
 	CHECK_EQ(check_cmd(bench, NULL, NULL), 0);
 
 	long long used = used_memory(c);
@@ -431,7 +455,8 @@ static void redis_dataset(void)
 	struct rserver s = {0};
 	int st = -1;
 
-	if (!have("/usr/bin/redis-server", "redis-server") || !have("/usr/bin/redis-benchmark", "redis-tools"))
+	if (!have("/usr/bin/redis-server", "redis-server") ||
+	    !have("/usr/bin/redis-benchmark", "redis-tools"))
 		return;
 	CHECK_EQ(uswap_parse_size(REDIS_LIMIT, 1, &limit), 0);
 	path_in(stats, sizeof(stats), "redis.json");
@@ -457,7 +482,8 @@ static void redis_dataset(void)
 			usleep(100000);
 	}
 	if (s.pid > 0)
-		fprintf(stderr, "[%s] redis-server under uswap run did not exit after SHUTDOWN: killed\n", check_test);
+		fprintf(stderr, "[%s] redis-server under uswap run did not exit after SHUTDOWN: killed\n",
+			check_test);
 	CHECK(s.pid == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	check_swapped(stats, (long long)(2 * limit / 4096));
 	rserver_kill(&s);
