@@ -4,7 +4,7 @@
 set -eu
 [ "${USWAP_DEPS_SKIP:-0}" = 1 ] && exit 0
 pkgs="build-essential pkg-config bc liblz4-dev libzstd-dev liburing-dev libhiredis-dev libsodium-dev libssl-dev openssl
-      libmimalloc-dev redis-server redis-tools python3 coreutils mawk nodejs man-db groff-base clang-format
+      libmimalloc-dev redis-server redis-tools python3 coreutils mawk nodejs stress-ng zstd man-db groff-base clang-format
       libpython3.11-testsuite python3-numpy python3-pytest python3-hypothesis"
 missing=""
 for p in $pkgs; do

@@ -1,16 +1,20 @@
 /*
- * check.c - the test runner of one binary, and page generators shared by the tests.
+ * check.c - the test runner of one binary, and what the tests share: page generators, test layers and
+ * instances, and the running of programs (`uswap run`) with their files and summaries.
  */
 #include "check.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,10 +34,22 @@ _Noreturn void check_skip(const char *why)
 	exit(77);
 }
 
+static char skip_reason[256]; /* of the running test; "" while it has not skipped */
+
+void check_skip_test(const char *why)
+{
+	snprintf(skip_reason, sizeof(skip_reason), "%s", why);
+}
+
+/*
+ * Each test prints "ok   NAME", "FAIL NAME" or "skip NAME: WHY" (tools/runtests.sh counts the three).
+ * Return: 1 if any test failed; 77 (the binary skipped) if every test that ran skipped; else 0.
+ */
 int check_run(const struct test *tests, size_t n, int argc, char **argv)
 {
 	const char *env = getenv("USWAP_TEST_SEED");
-	int failed_tests = 0;
+	int failed_tests = 0, ran = 0, skipped = 0;
+	char last_skip[256] = "";
 
 	check_seed = env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
 	printf("seed %llu (USWAP_TEST_SEED=%llu reproduces)\n", (unsigned long long)check_seed,
@@ -47,12 +63,28 @@ int check_run(const struct test *tests, size_t n, int argc, char **argv)
 		if (!wanted)
 			continue;
 		check_test = tests[i].name;
+		skip_reason[0] = '\0';
 		tests[i].fn();
-		printf("%s %s\n", check_failures == before ? "ok  " : "FAIL", tests[i].name);
+		ran++;
+		if (check_failures != before) {
+			printf("FAIL %s\n", tests[i].name);
+			failed_tests++;
+		} else if (skip_reason[0]) {
+			printf("skip %s: %s\n", tests[i].name, skip_reason);
+			snprintf(last_skip, sizeof(last_skip), "%s", skip_reason);
+			skipped++;
+		} else {
+			printf("ok   %s\n", tests[i].name);
+		}
 		fflush(stdout);
-		failed_tests += check_failures != before;
 	}
-	return failed_tests ? 1 : 0;
+	if (failed_tests)
+		return 1;
+	if (ran && skipped == ran) {
+		printf("SKIP: %s\n", last_skip);
+		return 77;
+	}
+	return 0;
 }
 
 uint64_t seed_for(uint64_t x)
@@ -73,6 +105,101 @@ void fill_pages(void *p, size_t npages, enum page_kind kind, uint64_t seed)
 {
 	for (size_t i = 0; i < npages; i++)
 		fill_page((unsigned char *)p + i * 4096, kind, pagegen_mix(seed + i));
+}
+
+/* ---- programs run by the tests ---- */
+
+int check_cmd(char *const argv[], const char *out, const char *err)
+{
+	return check_cmd_rusage(argv, out, err, NULL);
+}
+
+int check_cmd_rusage(char *const argv[], const char *out, const char *err, struct rusage *ru)
+{
+	pid_t pid = fork();
+	int st = -1;
+
+	if (pid == 0) {
+		setpgid(0, 0);
+		int fd = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(fd, 1);
+		if (err) {
+			int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+			dup2(efd, 2);
+		}
+		execv(argv[0], argv);
+		_exit(126);
+	}
+	setpgid(pid, pid);
+	for (int waited = 0; wait4(pid, &st, WNOHANG, ru) == 0; waited++) {
+		if (waited == CHECK_CMD_TIMEOUT_S * 10) {
+			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0],
+				CHECK_CMD_TIMEOUT_S);
+			kill(-pid, SIGKILL);
+			wait4(pid, &st, 0, ru);
+			break;
+		}
+		usleep(100000);
+	}
+	return st;
+}
+
+char *check_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+
+	*len = 0;
+	if (!f)
+		return NULL;
+	for (;;) {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 65536;
+			buf = realloc(buf, cap + 1);
+		}
+		size_t r = fread(buf + n, 1, cap - n, f);
+		if (!r)
+			break;
+		n += r;
+	}
+	fclose(f);
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+void check_write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	CHECK(f != NULL);
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+long long check_json_num(const char *json, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = json ? strstr(json, pat) : NULL;
+	return p ? atoll(p + strlen(pat)) : -1;
+}
+
+long long check_json_sum(const char *json, const char *key)
+{
+	char pat[64];
+	long long sum = -1;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	for (const char *p = json; p && (p = strstr(p, pat)); p += strlen(pat))
+		sum = (sum < 0 ? 0 : sum) + atoll(p + strlen(pat));
+	return sum;
 }
 
 struct uswap *check_layer(const char *spec, int background)

@@ -75,6 +75,39 @@ int check_run(const struct test *tests, size_t n, int argc, char **argv);
 /* Skip the whole binary (exit 77) with a reason. */
 _Noreturn void check_skip(const char *why);
 
+/*
+ * CHECK_SANITIZED - an ASan or TSan build: its preload library cannot go into the uninstrumented
+ * programs that the tests of `uswap run` start, so those binaries skip themselves.
+ */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define CHECK_SANITIZED 1
+#else
+#define CHECK_SANITIZED 0
+#endif
+
+/* Skip the running test alone, with a reason: "skip NAME: WHY" (a missing program, never a failure). */
+void check_skip_test(const char *why);
+
+/* ---- programs run by the tests (test_run, test_programs) ---- */
+/*
+ * check_cmd() - run @argv with stdout to @out (NULL: /dev/null) and stderr to @err (NULL: inherited),
+ * in a process group of its own that is killed after CHECK_CMD_TIMEOUT_S (a program that hangs under
+ * uswap fails its own test, not the whole binary). Return: wait status.
+ */
+#define CHECK_CMD_TIMEOUT_S 300
+int check_cmd(char *const argv[], const char *out, const char *err);
+/* check_cmd(), and the program's resource usage (wait4(): ru_maxrss is its peak resident KiB) in @ru. */
+struct rusage;
+int check_cmd_rusage(char *const argv[], const char *out, const char *err, struct rusage *ru);
+/* The whole file at @path, NUL-terminated (its length in @len), or NULL; free() it. */
+char *check_slurp(const char *path, size_t *len);
+/* Write @text to @path (a failed check if it cannot). */
+void check_write_file(const char *path, const char *text);
+/* The number after the first "@key": in @json (a summary of --stats-json), or -1. */
+long long check_json_num(const char *json, const char *key);
+/* The sum of the numbers after every "@key": in @json: the program's and its descendants'; -1 if none. */
+long long check_json_sum(const char *json, const char *key);
+
 /* ---- layers for tests ---- */
 struct uswap;
 struct uswap_tier_stats;

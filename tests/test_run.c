@@ -25,52 +25,9 @@
 #include "rserver.h"
 #include "uswap.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#else
-#define SANITIZED 0
-#endif
-
 static char uswap_bin[512], tmpdir[256];
 
-/*
- * Run @argv with stdout to @out (NULL: /dev/null) and stderr to @err (NULL: inherited), in a process
- * group of its own that is killed after RUN_TIMEOUT_S (a program that hangs under uswap fails its own
- * test, not the whole binary). Return: wait status.
- */
-#define RUN_TIMEOUT_S 300
-static int run(char *const argv[], const char *out, const char *err)
-{
-	pid_t pid = fork();
-	int st = -1;
-
-	if (pid == 0) {
-		setpgid(0, 0);
-		int fd = open(out ? out : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		dup2(fd, 1);
-		if (err) {
-			int efd = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-			dup2(efd, 2);
-		}
-		execv(argv[0], argv);
-		_exit(126);
-	}
-	setpgid(pid, pid);
-	for (int waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited++) {
-		if (waited == RUN_TIMEOUT_S * 10) {
-			fprintf(stderr, "[%s] %s did not finish in %d s: killed\n", check_test, argv[0],
-				RUN_TIMEOUT_S);
-			kill(-pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			break;
-		}
-		usleep(100000);
-	}
-	return st;
-}
-
-/* run() as user @uid (group @uid too), with stderr to @err: the files are opened before the switch. */
+/* check_cmd() as user @uid (group @uid too), with stderr to @err: the files are opened before the switch. */
 static int run_as(uid_t uid, char *const argv[], const char *out, const char *err)
 {
 	pid_t pid = fork();
@@ -88,7 +45,7 @@ static int run_as(uid_t uid, char *const argv[], const char *out, const char *er
 		_exit(126);
 	}
 	for (int waited = 0; waitpid(pid, &st, WNOHANG) == 0; waited++) {
-		if (waited == RUN_TIMEOUT_S * 10) {
+		if (waited == CHECK_CMD_TIMEOUT_S * 10) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			break;
@@ -96,41 +53,6 @@ static int run_as(uid_t uid, char *const argv[], const char *out, const char *er
 		usleep(100000);
 	}
 	return st;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t cap = 0, n = 0;
-
-	*len = 0;
-	if (!f)
-		return NULL;
-	for (;;) {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 65536;
-			buf = realloc(buf, cap + 1);
-		}
-		size_t r = fread(buf + n, 1, cap - n, f);
-		if (!r)
-			break;
-		n += r;
-	}
-	fclose(f);
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
-
-static long long json_num(const char *json, const char *key)
-{
-	char pat[64];
-	const char *p;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	p = json ? strstr(json, pat) : NULL;
-	return p ? atoll(p + strlen(pat)) : -1;
 }
 
 /*
@@ -146,7 +68,7 @@ static void same_output_opts(const char *limit, char *const opts[], char *const 
 	snprintf(under_out, sizeof(under_out), "%s/under.out", tmpdir);
 	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
 	unlink(stats);
-	st_plain = run(cmd, plain_out, NULL);
+	st_plain = check_cmd(cmd, plain_out, NULL);
 	argv[n++] = uswap_bin;
 	argv[n++] = "run";
 	argv[n++] = "--limit";
@@ -159,12 +81,12 @@ static void same_output_opts(const char *limit, char *const opts[], char *const 
 	for (int i = 0; cmd[i] && n < 31; i++)
 		argv[n++] = cmd[i];
 	argv[n] = NULL;
-	st_under = run(argv, under_out, NULL);
+	st_under = check_cmd(argv, under_out, NULL);
 	CHECK_EQ(st_under, st_plain);
 	CHECK(WIFEXITED(st_plain) && WEXITSTATUS(st_plain) == 0);
 
 	size_t la, lb;
-	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb);
+	char *a = check_slurp(plain_out, &la), *b = check_slurp(under_out, &lb);
 	CHECK(a && b && la > 0);
 	CHECK_EQ(lb, la);
 	if (a && b && la == lb)
@@ -173,21 +95,21 @@ static void same_output_opts(const char *limit, char *const opts[], char *const 
 	free(b);
 
 	size_t ls;
-	char *js = slurp(stats, &ls);
+	char *js = check_slurp(stats, &ls);
 	CHECK(js != NULL);
 	if (expect_swapping) {
-		if (json_num(js, "evicted_pages") <= 0 || json_num(js, "swapins") <= 0)
+		if (check_json_num(js, "evicted_pages") <= 0 || check_json_num(js, "swapins") <= 0)
 			fprintf(stderr, "[%s] no swapping seen: %s\n", check_test, js ? js : "(no stats)");
-		CHECK(json_num(js, "evicted_pages") > 0);
-		CHECK(json_num(js, "swapins") > 0);
-		CHECK_EQ(json_num(js, "load_failures"), 0);
+		CHECK(check_json_num(js, "evicted_pages") > 0);
+		CHECK(check_json_num(js, "swapins") > 0);
+		CHECK_EQ(check_json_num(js, "load_failures"), 0);
 	}
 	/* Default tiers: the limit is a budget for resident pages and the pool, the pool up to half. */
 	uint64_t budget = 0;
 	CHECK_EQ(uswap_parse_size(limit, 1, &budget), 0);
-	CHECK_EQ(json_num(js, "budget_bytes"), (long long)budget);
-	CHECK(json_num(js, "limit_bytes") <= (long long)budget);
-	CHECK(json_num(js, "limit_bytes") >= (long long)(budget - budget / 2 - 4096));
+	CHECK_EQ(check_json_num(js, "budget_bytes"), (long long)budget);
+	CHECK(check_json_num(js, "limit_bytes") <= (long long)budget);
+	CHECK(check_json_num(js, "limit_bytes") >= (long long)(budget - budget / 2 - 4096));
 	free(js);
 }
 
@@ -206,23 +128,12 @@ static void check_evicted_over(long long pages)
 	size_t ls;
 
 	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
-	char *js = slurp(stats, &ls);
-	if (json_num(js, "evicted_pages") <= pages)
+	char *js = check_slurp(stats, &ls);
+	if (check_json_num(js, "evicted_pages") <= pages)
 		fprintf(stderr, "[%s] the program's heap was not swapped: %s\n", check_test,
 			js ? js : "(no stats)");
-	CHECK(json_num(js, "evicted_pages") > pages);
+	CHECK(check_json_num(js, "evicted_pages") > pages);
 	free(js);
-}
-
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "w");
-
-	CHECK(f != NULL);
-	if (f) {
-		fputs(text, f);
-		fclose(f);
-	}
 }
 
 /* python3 building a dict of ~180 MB under 48 MB, with a checksum of every value. */
@@ -231,15 +142,15 @@ static void python_dict(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/dict.py", tmpdir);
-	write_file(script, "import hashlib, sys\n"
-			   "n = int(sys.argv[1])\n"
-			   "d = {}\n"
-			   "for i in range(n):\n"
-			   "    d[i] = ('value-%d' % (i * 7919)) * 3\n"
-			   "h = hashlib.sha256()\n"
-			   "for k in range(n):\n"
-			   "    h.update(d[k].encode())\n"
-			   "print(len(d), h.hexdigest())\n");
+	check_write_file(script, "import hashlib, sys\n"
+				 "n = int(sys.argv[1])\n"
+				 "d = {}\n"
+				 "for i in range(n):\n"
+				 "    d[i] = ('value-%d' % (i * 7919)) * 3\n"
+				 "h = hashlib.sha256()\n"
+				 "for k in range(n):\n"
+				 "    h.update(d[k].encode())\n"
+				 "print(len(d), h.hexdigest())\n");
 	char *cmd[] = {"/usr/bin/python3", script, "1000000", NULL};
 	same_output("48M", cmd, true);
 }
@@ -258,31 +169,32 @@ static void auto_limit(void)
 	snprintf(plain_out, sizeof(plain_out), "%s/plain.out", tmpdir);
 	snprintf(under_out, sizeof(under_out), "%s/under.out", tmpdir);
 	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
-	write_file(script, "import hashlib, time\n"
-			   "cold = [bytearray(b'%d' % i) * 100 for i in range(400000)]\n"
-			   "hot = [bytearray(4096) for _ in range(1000)]\n"
-			   "t0 = time.time()\n"
-			   "while time.time() - t0 < 10:\n"
-			   "    for h in hot:\n"
-			   "        h[7] = (h[7] + 1) % 256\n"
-			   "h = hashlib.sha256()\n"
-			   "for c in cold:\n"
-			   "    h.update(c)\n"
-			   "print(len(cold), h.hexdigest())\n");
+	check_write_file(script, "import hashlib, time\n"
+				 "cold = [bytearray(b'%d' % i) * 100 for i in range(400000)]\n"
+				 "hot = [bytearray(4096) for _ in range(1000)]\n"
+				 "t0 = time.time()\n"
+				 "while time.time() - t0 < 10:\n"
+				 "    for h in hot:\n"
+				 "        h[7] = (h[7] + 1) % 256\n"
+				 "h = hashlib.sha256()\n"
+				 "for c in cold:\n"
+				 "    h.update(c)\n"
+				 "print(len(cold), h.hexdigest())\n");
 	char *plain[] = {"/usr/bin/python3", script, NULL};
 	char *under[] = {uswap_bin, "run", "--limit",          "auto:min=16M", "--stats-json",
 			 stats,     "--",  "/usr/bin/python3", script,         NULL};
 	unlink(stats);
-	CHECK_EQ(run(plain, plain_out, NULL), 0);
-	CHECK_EQ(run(under, under_out, NULL), 0);
+	CHECK_EQ(check_cmd(plain, plain_out, NULL), 0);
+	CHECK_EQ(check_cmd(under, under_out, NULL), 0);
 
 	size_t la, lb, ls;
-	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb), *js = slurp(stats, &ls);
+	char *a = check_slurp(plain_out, &la), *b = check_slurp(under_out, &lb),
+	     *js = check_slurp(stats, &ls);
 	CHECK(a && b && la > 0 && la == lb);
 	if (a && b && la == lb)
 		CHECK_MEM(b, a, la);
 	CHECK(js && strstr(js, "\"limit_auto\":true"));
-	long long peak = json_num(js, "peak_resident_bytes"), lowest = LLONG_MAX;
+	long long peak = check_json_num(js, "peak_resident_bytes"), lowest = LLONG_MAX;
 	const char *q = js ? strstr(js, "\"limit_history\":{\"step_ms\":") : NULL;
 	size_t samples = 0;
 
@@ -353,16 +265,16 @@ static void awk_under_shell(void)
 	same_output("12M", cmd, false);
 
 	snprintf(stats, sizeof(stats), "%s/stats.json", tmpdir);
-	char *js = slurp(stats, &ls), *awk = js ? strstr(js, "\"descendants\":[") : NULL;
+	char *js = check_slurp(stats, &ls), *awk = js ? strstr(js, "\"descendants\":[") : NULL;
 	awk = awk ? strstr(awk, "\"comm\":\"awk\"") : NULL;
 	if (!awk)
 		fprintf(stderr, "[%s] no awk among the descendants: %s\n", check_test,
 			js ? js : "(no stats)");
 	CHECK(awk != NULL);
 	if (awk) {
-		CHECK(json_num(awk, "evicted_pages") > 0);
-		CHECK(json_num(awk, "swapins") > 0);
-		CHECK_EQ(json_num(awk, "load_failures"), 0);
+		CHECK(check_json_num(awk, "evicted_pages") > 0);
+		CHECK(check_json_num(awk, "swapins") > 0);
+		CHECK_EQ(check_json_num(awk, "load_failures"), 0);
 	}
 	free(js);
 }
@@ -379,7 +291,7 @@ static void reserved_heap(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/reserve.py", tmpdir);
-	write_file(
+	check_write_file(
 		script,
 		"import ctypes, hashlib, sys\n"
 		"libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -441,31 +353,32 @@ static void freed_blocks_leave(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/freed.py", tmpdir);
-	write_file(script, PY_MALLOC
-		   "import time\n"
-		   "MB = 1 << 20\n"
-		   "def rss():\n"
-		   "    return next(int(l.split()[1]) for l in open('/proc/self/status') if "
-		   "l.startswith('VmRSS')) // 1024\n"
-		   "def fill(p, n, tag):\n"
-		   "    ctypes.memmove(p, hashlib.sha256(b'%d' % tag).digest() * (n // 32), n)\n"
-		   "def digest(p, n):\n"
-		   "    return hashlib.sha256(ctypes.string_at(p, n)).hexdigest()\n"
-		   "blocks = [libc.malloc(8 * MB) for _ in range(8)]\n"
-		   "for i, p in enumerate(blocks):\n"
-		   "    fill(p, 8 * MB, i)\n"
-		   "before = rss()\n"
-		   "for p in blocks[2:]:\n"
-		   "    libc.free(p)\n"
-		   "time.sleep(3)\n"
-		   "print('dropped' if before - rss() >= 40 else 'kept %d of %d MiB' % (rss(), before))\n"
-		   "blocks = blocks[:2] + [libc.malloc(8 * MB) for _ in range(22)]\n"
-		   "for i, p in enumerate(blocks[2:]):\n"
-		   "    fill(p, 8 * MB, 100 + i)\n"
-		   "blocks[5] = libc.realloc(blocks[5], 12 * MB)\n"
-		   "fill(blocks[5] + 8 * MB, 4 * MB, 99)\n"
-		   "print(' '.join(digest(p, 12 * MB if i == 5 else 8 * MB)[:12] for i, p in "
-		   "enumerate(blocks)))\n");
+	check_write_file(
+		script, PY_MALLOC
+		"import time\n"
+		"MB = 1 << 20\n"
+		"def rss():\n"
+		"    return next(int(l.split()[1]) for l in open('/proc/self/status') if "
+		"l.startswith('VmRSS')) // 1024\n"
+		"def fill(p, n, tag):\n"
+		"    ctypes.memmove(p, hashlib.sha256(b'%d' % tag).digest() * (n // 32), n)\n"
+		"def digest(p, n):\n"
+		"    return hashlib.sha256(ctypes.string_at(p, n)).hexdigest()\n"
+		"blocks = [libc.malloc(8 * MB) for _ in range(8)]\n"
+		"for i, p in enumerate(blocks):\n"
+		"    fill(p, 8 * MB, i)\n"
+		"before = rss()\n"
+		"for p in blocks[2:]:\n"
+		"    libc.free(p)\n"
+		"time.sleep(3)\n"
+		"print('dropped' if before - rss() >= 40 else 'kept %d of %d MiB' % (rss(), before))\n"
+		"blocks = blocks[:2] + [libc.malloc(8 * MB) for _ in range(22)]\n"
+		"for i, p in enumerate(blocks[2:]):\n"
+		"    fill(p, 8 * MB, 100 + i)\n"
+		"blocks[5] = libc.realloc(blocks[5], 12 * MB)\n"
+		"fill(blocks[5] + 8 * MB, 4 * MB, 99)\n"
+		"print(' '.join(digest(p, 12 * MB if i == 5 else 8 * MB)[:12] for i, p in "
+		"enumerate(blocks)))\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("96M", cmd, true);
 }
@@ -480,35 +393,35 @@ static void fork_while_freeing(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/forkfree.py", tmpdir);
-	write_file(script, PY_MALLOC
-		   "import os, threading\n"
-		   "keep = [hashlib.sha256(b'%d' % i).digest() * 32768 for i in range(32)]\n"
-		   "want = hashlib.sha256(b''.join(keep)).hexdigest()\n"
-		   "stop = False\n"
-		   "def churn(t):\n"
-		   "    i = 0\n"
-		   "    while not stop:\n"
-		   "        n = (128 << 10) + (i % 16) * 65536\n"
-		   "        p = libc.malloc(n)\n"
-		   "        libc.memset(p, i & 255, n)\n"
-		   "        assert ctypes.string_at(p + n - 1, 1)[0] == i & 255\n"
-		   "        libc.free(p)\n"
-		   "        i += 1\n"
-		   "th = [threading.Thread(target=churn, args=(t,)) for t in range(2)]\n"
-		   "[x.start() for x in th]\n"
-		   "bad = 0\n"
-		   "for k in range(30):\n"
-		   "    pid = os.fork()\n"
-		   "    if pid == 0:\n"
-		   "        for j in range(10):\n"
-		   "            p = libc.malloc(300000 + j * 4096)\n"
-		   "            libc.memset(p, j, 300000)\n"
-		   "            libc.free(p)\n"
-		   "        os._exit(0 if hashlib.sha256(b''.join(keep)).hexdigest() == want else 3)\n"
-		   "    bad += os.waitpid(pid, 0)[1] != 0\n"
-		   "stop = True\n"
-		   "[x.join() for x in th]\n"
-		   "print(bad, want == hashlib.sha256(b''.join(keep)).hexdigest())\n");
+	check_write_file(script, PY_MALLOC
+			 "import os, threading\n"
+			 "keep = [hashlib.sha256(b'%d' % i).digest() * 32768 for i in range(32)]\n"
+			 "want = hashlib.sha256(b''.join(keep)).hexdigest()\n"
+			 "stop = False\n"
+			 "def churn(t):\n"
+			 "    i = 0\n"
+			 "    while not stop:\n"
+			 "        n = (128 << 10) + (i % 16) * 65536\n"
+			 "        p = libc.malloc(n)\n"
+			 "        libc.memset(p, i & 255, n)\n"
+			 "        assert ctypes.string_at(p + n - 1, 1)[0] == i & 255\n"
+			 "        libc.free(p)\n"
+			 "        i += 1\n"
+			 "th = [threading.Thread(target=churn, args=(t,)) for t in range(2)]\n"
+			 "[x.start() for x in th]\n"
+			 "bad = 0\n"
+			 "for k in range(30):\n"
+			 "    pid = os.fork()\n"
+			 "    if pid == 0:\n"
+			 "        for j in range(10):\n"
+			 "            p = libc.malloc(300000 + j * 4096)\n"
+			 "            libc.memset(p, j, 300000)\n"
+			 "            libc.free(p)\n"
+			 "        os._exit(0 if hashlib.sha256(b''.join(keep)).hexdigest() == want else 3)\n"
+			 "    bad += os.waitpid(pid, 0)[1] != 0\n"
+			 "stop = True\n"
+			 "[x.join() for x in th]\n"
+			 "print(bad, want == hashlib.sha256(b''.join(keep)).hexdigest())\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("24M", cmd, true);
 }
@@ -517,7 +430,7 @@ static void fork_while_freeing(void)
 static void check_anon_under(const char *path, long long max_kib)
 {
 	size_t len;
-	char *kb = slurp(path, &len);
+	char *kb = check_slurp(path, &len);
 
 	if (!kb || atoll(kb) >= max_kib)
 		fprintf(stderr, "[%s] the process held %s KiB of anonymous memory\n", check_test,
@@ -538,7 +451,7 @@ static void forked_child(const char *mode, bool managed)
 
 	snprintf(script, sizeof(script), "%s/forkgrow.py", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/forkgrow.rss", tmpdir);
-	write_file(
+	check_write_file(
 		script,
 		"import os, sys, hashlib\n"
 		"pid = os.fork()\n"
@@ -581,20 +494,20 @@ static void locked_memory(void)
 
 	snprintf(script, sizeof(script), "%s/lockall.py", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/lockall.rss", tmpdir);
-	write_file(script, "import ctypes, hashlib, mmap, sys\n"
-			   "libc = ctypes.CDLL(None, use_errno=True)\n"
-			   "if libc.mlockall(3): raise OSError(ctypes.get_errno(), 'mlockall')\n"
-			   "def st(k): return int([l.split()[1] for l in open('/proc/self/status') if "
-			   "l.startswith(k)][0])\n"
-			   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
-			   "h = hashlib.sha256()\n"
-			   "for b in x: h.update(b)\n"
-			   "before = st('VmLck')\n"
-			   "m = mmap.mmap(-1, 65536)\n"
-			   "m.write(b'y' * 65536)\n"
-			   "more = st('VmLck') - before\n"
-			   "open(sys.argv[1], 'w').write('%d %d' % (st('RssAnon'), more))\n"
-			   "print(h.hexdigest(), more >= 64)\n");
+	check_write_file(script, "import ctypes, hashlib, mmap, sys\n"
+				 "libc = ctypes.CDLL(None, use_errno=True)\n"
+				 "if libc.mlockall(3): raise OSError(ctypes.get_errno(), 'mlockall')\n"
+				 "def st(k): return int([l.split()[1] for l in open('/proc/self/status') if "
+				 "l.startswith(k)][0])\n"
+				 "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
+				 "h = hashlib.sha256()\n"
+				 "for b in x: h.update(b)\n"
+				 "before = st('VmLck')\n"
+				 "m = mmap.mmap(-1, 65536)\n"
+				 "m.write(b'y' * 65536)\n"
+				 "more = st('VmLck') - before\n"
+				 "open(sys.argv[1], 'w').write('%d %d' % (st('RssAnon'), more))\n"
+				 "print(h.hexdigest(), more >= 64)\n");
 	char *cmd[] = {"/usr/bin/python3", script, rss, NULL};
 	same_output("48M", cmd, true);
 	check_anon_under(rss, 150 << 10); /* ~250 MB plainly, all of it locked */
@@ -611,14 +524,15 @@ static void address_space_limits(void)
 
 	snprintf(script, sizeof(script), "%s/pages.py", tmpdir);
 	snprintf(rss, sizeof(rss), "%s/pages.rss", tmpdir);
-	write_file(script,
-		   "import hashlib, sys\n"
-		   "x = [(b'%08d' % i) * 512 for i in range(75000)]\n"
-		   "h = hashlib.sha256()\n"
-		   "for b in x: h.update(b)\n"
-		   "kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
-		   "open(sys.argv[1], 'w').write(kb)\n"
-		   "print(h.hexdigest())\n");
+	check_write_file(
+		script,
+		"import hashlib, sys\n"
+		"x = [(b'%08d' % i) * 512 for i in range(75000)]\n"
+		"h = hashlib.sha256()\n"
+		"for b in x: h.update(b)\n"
+		"kb = [l.split()[1] for l in open('/proc/self/status') if l.startswith('RssAnon')][0]\n"
+		"open(sys.argv[1], 'w').write(kb)\n"
+		"print(h.hexdigest())\n");
 	snprintf(line, sizeof(line), "ulimit -v 3000000 && exec /usr/bin/python3 %s %s", script, rss);
 	char *cmd[] = {"/bin/sh", "-c", line, NULL};
 	same_output("48M", cmd, true);
@@ -635,7 +549,7 @@ static bool build_c(const char *name, const char *src, char *bin, size_t len)
 
 	snprintf(path, sizeof(path), "%s/%s.c", tmpdir, name);
 	snprintf(bin, len, "%s/%s", tmpdir, name);
-	write_file(path, src);
+	check_write_file(path, src);
 	snprintf(cc, sizeof(cc), "cc -O1 -o %s %s 2>&1", bin, path);
 	if (system(cc) != 0) {
 		printf("  (cannot build %s: case skipped)\n", name);
@@ -683,21 +597,21 @@ static void descriptors_taken(void)
 	char script[300], line[800];
 
 	snprintf(script, sizeof(script), "%s/closeall.py", tmpdir);
-	write_file(script,
-		   "import os, hashlib\n"
-		   "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
-		   "os.closerange(3, 65536)\n"
-		   "for fd in [int(f) for f in os.listdir('/proc/self/fd')]:\n"
-		   "    try:\n"
-		   "        if 'userfaultfd' in os.readlink('/proc/self/fd/%d' % fd): os.dup2(0, fd)\n"
-		   "    except OSError: pass\n"
-		   "    if fd > 2:\n"
-		   "        try: os.close(fd)\n"
-		   "        except OSError: pass\n"
-		   "h = hashlib.sha256()\n"
-		   "for b in x: h.update(b)\n"
-		   "y = [(b'%08d' % i) * 512 for i in range(30000)]\n"
-		   "print(h.hexdigest(), hashlib.sha256(b''.join(y)).hexdigest())\n");
+	check_write_file(script,
+			 "import os, hashlib\n"
+			 "x = [(b'%08d' % i) * 512 for i in range(60000)]\n"
+			 "os.closerange(3, 65536)\n"
+			 "for fd in [int(f) for f in os.listdir('/proc/self/fd')]:\n"
+			 "    try:\n"
+			 "        if 'userfaultfd' in os.readlink('/proc/self/fd/%d' % fd): os.dup2(0, fd)\n"
+			 "    except OSError: pass\n"
+			 "    if fd > 2:\n"
+			 "        try: os.close(fd)\n"
+			 "        except OSError: pass\n"
+			 "h = hashlib.sha256()\n"
+			 "for b in x: h.update(b)\n"
+			 "y = [(b'%08d' % i) * 512 for i in range(30000)]\n"
+			 "print(h.hexdigest(), hashlib.sha256(b''.join(y)).hexdigest())\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("48M", cmd, true);
 
@@ -721,7 +635,7 @@ static void big_blocks(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/grow.py", tmpdir);
-	write_file(
+	check_write_file(
 		script,
 		"import ctypes, hashlib\n"
 		"libc = ctypes.CDLL(None)\n"
@@ -766,14 +680,15 @@ static void node_map(void)
 		return;
 	}
 	snprintf(script, sizeof(script), "%s/map.js", tmpdir);
-	write_file(script,
-		   "const n = +process.argv[2];\n"
-		   "const m = new Map();\n"
-		   "for (let i = 0; i < n; i++) m.set('k' + i, { i, s: 'v' + ((i * 7919) % 100003) });\n"
-		   "let h = 0;\n"
-		   "for (let i = 0; i < n; i++) { const o = m.get('k' + i); h = (h * 31 + o.i + o.s.length) "
-		   ">>> 0; }\n"
-		   "console.log(m.size, h);\n");
+	check_write_file(
+		script,
+		"const n = +process.argv[2];\n"
+		"const m = new Map();\n"
+		"for (let i = 0; i < n; i++) m.set('k' + i, { i, s: 'v' + ((i * 7919) % 100003) });\n"
+		"let h = 0;\n"
+		"for (let i = 0; i < n; i++) { const o = m.get('k' + i); h = (h * 31 + o.i + o.s.length) "
+		">>> 0; }\n"
+		"console.log(m.size, h);\n");
 	char *cmd[] = {"/usr/bin/node", script, "200000", NULL};
 	same_output("32M", cmd, true);
 	check_evicted_over(8192);
@@ -797,15 +712,15 @@ static void threads(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/threads.py", tmpdir);
-	write_file(script, "import threading, hashlib\n"
-			   "out = [None] * 4\n"
-			   "def work(t):\n"
-			   "    l = [('%d-%d' % (t, i)) * 4 for i in range(300000)]\n"
-			   "    out[t] = hashlib.sha256(''.join(l).encode()).hexdigest()\n"
-			   "th = [threading.Thread(target=work, args=(t,)) for t in range(4)]\n"
-			   "[x.start() for x in th]\n"
-			   "[x.join() for x in th]\n"
-			   "print(out)\n");
+	check_write_file(script, "import threading, hashlib\n"
+				 "out = [None] * 4\n"
+				 "def work(t):\n"
+				 "    l = [('%d-%d' % (t, i)) * 4 for i in range(300000)]\n"
+				 "    out[t] = hashlib.sha256(''.join(l).encode()).hexdigest()\n"
+				 "th = [threading.Thread(target=work, args=(t,)) for t in range(4)]\n"
+				 "[x.start() for x in th]\n"
+				 "[x.join() for x in th]\n"
+				 "print(out)\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("32M", cmd, false);
 }
@@ -820,7 +735,7 @@ static void blocked_signals(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/signals.py", tmpdir);
-	write_file(
+	check_write_file(
 		script,
 		"import ctypes, hashlib, os, select, signal, struct, threading\n"
 		"x = bytearray(48 << 20)\n"
@@ -869,30 +784,30 @@ static void discarded_pages(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/discard.py", tmpdir);
-	write_file(script, "import ctypes, hashlib\n"
-			   "libc = ctypes.CDLL(None, use_errno=True)\n"
-			   "libc.mmap.restype = ctypes.c_void_p\n"
-			   "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, "
-			   "ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
-			   "libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
-			   "M = 1 << 20\n"
-			   "n = 64 * M\n"
-			   "p = libc.mmap(None, n, 3, 0x22, -1, 0)\n"
-			   "buf = (ctypes.c_char * n).from_address(p)\n"
-			   "def tag(i): return (b'%015d|' % i) * 4\n"
-			   "for i in range(0, n, 4096): buf[i:i + 64] = tag(i)\n"
-			   "print('dontneed swapped', libc.madvise(p + 8 * M, 16 * M, 4))\n"
-			   "print('dontneed resident', libc.madvise(p + 56 * M, 4 * M, 4))\n"
-			   "print('free', libc.madvise(p + 60 * M, 4 * M, 8))\n"
-			   "bad = 0\n"
-			   "for i in range(0, 60 * M, 4096):\n"
-			   "    want = bytes(64) if 8 * M <= i < 24 * M or i >= 56 * M else tag(i)\n"
-			   "    bad += buf[i:i + 64] != want\n"
-			   "for i in range(60 * M, n, 4096):\n"
-			   "    bad += buf[i:i + 64] not in (bytes(64), tag(i))\n"
-			   "print('bad pages', bad)\n"
-			   "for i in range(0, n, 4096): buf[i:i + 64] = tag(i + 1)\n"
-			   "print(hashlib.sha256(buf.raw).hexdigest())\n");
+	check_write_file(script, "import ctypes, hashlib\n"
+				 "libc = ctypes.CDLL(None, use_errno=True)\n"
+				 "libc.mmap.restype = ctypes.c_void_p\n"
+				 "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, "
+				 "ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+				 "libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]\n"
+				 "M = 1 << 20\n"
+				 "n = 64 * M\n"
+				 "p = libc.mmap(None, n, 3, 0x22, -1, 0)\n"
+				 "buf = (ctypes.c_char * n).from_address(p)\n"
+				 "def tag(i): return (b'%015d|' % i) * 4\n"
+				 "for i in range(0, n, 4096): buf[i:i + 64] = tag(i)\n"
+				 "print('dontneed swapped', libc.madvise(p + 8 * M, 16 * M, 4))\n"
+				 "print('dontneed resident', libc.madvise(p + 56 * M, 4 * M, 4))\n"
+				 "print('free', libc.madvise(p + 60 * M, 4 * M, 8))\n"
+				 "bad = 0\n"
+				 "for i in range(0, 60 * M, 4096):\n"
+				 "    want = bytes(64) if 8 * M <= i < 24 * M or i >= 56 * M else tag(i)\n"
+				 "    bad += buf[i:i + 64] != want\n"
+				 "for i in range(60 * M, n, 4096):\n"
+				 "    bad += buf[i:i + 64] not in (bytes(64), tag(i))\n"
+				 "print('bad pages', bad)\n"
+				 "for i in range(0, n, 4096): buf[i:i + 64] = tag(i + 1)\n"
+				 "print(hashlib.sha256(buf.raw).hexdigest())\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
@@ -907,16 +822,16 @@ static void few_descriptors(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/fds.py", tmpdir);
-	write_file(script, "import os, resource, sys\n"
-			   "if len(sys.argv) > 1:\n"
-			   "    fs = [open('/dev/null') for _ in range(3)]\n"
-			   "    print('child opened', len(fs))\n"
-			   "    sys.exit(0)\n"
-			   "held = len([f for f in os.listdir('/proc/self/fd') if int(f) < 100]) - 1\n"
-			   "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
-			   "resource.setrlimit(resource.RLIMIT_NOFILE, (held + 3, hard))\n"
-			   "sys.stdout.flush()\n"
-			   "os.execv(sys.executable, [sys.executable, sys.argv[0], 'child'])\n");
+	check_write_file(script, "import os, resource, sys\n"
+				 "if len(sys.argv) > 1:\n"
+				 "    fs = [open('/dev/null') for _ in range(3)]\n"
+				 "    print('child opened', len(fs))\n"
+				 "    sys.exit(0)\n"
+				 "held = len([f for f in os.listdir('/proc/self/fd') if int(f) < 100]) - 1\n"
+				 "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+				 "resource.setrlimit(resource.RLIMIT_NOFILE, (held + 3, hard))\n"
+				 "sys.stdout.flush()\n"
+				 "os.execv(sys.executable, [sys.executable, sys.argv[0], 'child'])\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("32M", cmd, false);
 }
@@ -933,14 +848,15 @@ static void dlopen_global(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/dlopen.py", tmpdir);
-	write_file(script, "import ctypes, mmap\n"
-			   "libs = [ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL) for n in\n"
-			   "        ('libz.so.1', 'libbz2.so.1.0', 'liblzma.so.5', 'libexpat.so.1')]\n"
-			   "n = 256 << 20\n"
-			   "m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
-			   "for i in range(0, n, 4096):\n"
-			   "    m[i:i + 8] = i.to_bytes(8, 'little')\n"
-			   "print(sum(int.from_bytes(m[i:i + 8], 'little') for i in range(0, n, 4096)))\n");
+	check_write_file(script,
+			 "import ctypes, mmap\n"
+			 "libs = [ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL) for n in\n"
+			 "        ('libz.so.1', 'libbz2.so.1.0', 'liblzma.so.5', 'libexpat.so.1')]\n"
+			 "n = 256 << 20\n"
+			 "m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
+			 "for i in range(0, n, 4096):\n"
+			 "    m[i:i + 8] = i.to_bytes(8, 'little')\n"
+			 "print(sum(int.from_bytes(m[i:i + 8], 'little') for i in range(0, n, 4096)))\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
@@ -959,7 +875,7 @@ static void child_as_other_user(void)
 		return;
 	}
 	snprintf(script, sizeof(script), "%s/user.py", tmpdir);
-	write_file(
+	check_write_file(
 		script,
 		"import subprocess, sys\n"
 		"buf = bytearray(64 << 20)\n"
@@ -980,16 +896,16 @@ static void impossible_malloc(void)
 	char script[300];
 
 	snprintf(script, sizeof(script), "%s/huge.py", tmpdir);
-	write_file(script,
-		   "import ctypes\n"
-		   "libc = ctypes.CDLL(None)\n"
-		   "libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
-		   "buf = bytearray(64 << 20)\n"
-		   "for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
-		   "for n in (2**63 - 1, 2**63, 2**64 - 1, 2**62):\n"
-		   "    print(n, libc.malloc(ctypes.c_size_t(n)), libc.calloc(ctypes.c_size_t(n), 1),\n"
-		   "          libc.realloc(None, ctypes.c_size_t(n)))\n"
-		   "print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
+	check_write_file(
+		script, "import ctypes\n"
+			"libc = ctypes.CDLL(None)\n"
+			"libc.malloc.restype = libc.calloc.restype = libc.realloc.restype = ctypes.c_void_p\n"
+			"buf = bytearray(64 << 20)\n"
+			"for i in range(0, len(buf), 4096): buf[i] = i % 251\n"
+			"for n in (2**63 - 1, 2**63, 2**64 - 1, 2**62):\n"
+			"    print(n, libc.malloc(ctypes.c_size_t(n)), libc.calloc(ctypes.c_size_t(n), 1),\n"
+			"          libc.realloc(None, ctypes.c_size_t(n)))\n"
+			"print(sum(buf[i] for i in range(0, len(buf), 4096)))\n");
 	char *cmd[] = {"/usr/bin/python3", script, NULL};
 	same_output("16M", cmd, true);
 }
@@ -1035,9 +951,9 @@ static void userfaultfd_access(void)
 	snprintf(out, sizeof(out), "%s/uffd_user.out", tmpdir);
 	snprintf(err, sizeof(err), "%s/uffd_user.err", tmpdir);
 	snprintf(plain_out, sizeof(plain_out), "%s/uffd_user.plain", tmpdir);
-	write_file(script, "import hashlib\n"
-			   "l = [(b'%08d' % i) * 128 for i in range(40000)]\n"
-			   "print(len(l), hashlib.sha256(b''.join(l)).hexdigest())\n");
+	check_write_file(script, "import hashlib\n"
+				 "l = [(b'%08d' % i) * 128 for i in range(40000)]\n"
+				 "print(len(l), hashlib.sha256(b''.join(l)).hexdigest())\n");
 	chmod(tmpdir, 0755);
 	chmod(script, 0644);
 	/*
@@ -1051,22 +967,22 @@ static void userfaultfd_access(void)
 		 slash ? uswap_bin : ".");
 	char *copy[] = {"/bin/cp", uswap_bin, lib, tmpdir, NULL};
 
-	CHECK_EQ(run(copy, NULL, NULL), 0);
+	CHECK_EQ(check_cmd(copy, NULL, NULL), 0);
 	char *plain[] = {"/usr/bin/python3", script, NULL};
 	char *under[] = {bin, "run", "--limit", "16M", "--", "/usr/bin/python3", script, NULL};
 	size_t la, lb;
 	int st = run_as(nobody, plain, plain_out, err);
-	char *a = slurp(plain_out, &la), *b;
+	char *a = check_slurp(plain_out, &la), *b;
 
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	/* /dev/userfaultfd open to the user, the sysctl at 0 */
 	CHECK_EQ(write_text(sysctl_path, "0\n"), 0);
 	CHECK_EQ(chmod(dev, 0666), 0);
 	st = run_as(nobody, under, out, err);
-	b = slurp(out, &lb);
+	b = check_slurp(out, &lb);
 	if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
 		size_t le;
-		char *e = slurp(err, &le);
+		char *e = check_slurp(err, &le);
 
 		fprintf(stderr, "[%s] with /dev/userfaultfd: status %#x, %s\n", check_test, st, e ? e : "");
 		free(e);
@@ -1078,7 +994,7 @@ static void userfaultfd_access(void)
 	CHECK_EQ(chmod(dev, ds.st_mode & 07777), 0);
 	CHECK_EQ(write_text(sysctl_path, "1\n"), 0);
 	st = run_as(nobody, under, out, err);
-	b = slurp(out, &lb);
+	b = check_slurp(out, &lb);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	CHECK(a && b && la == lb && !memcmp(a, b, la));
 	free(b);
@@ -1086,7 +1002,7 @@ static void userfaultfd_access(void)
 	CHECK_EQ(write_text(sysctl_path, "0\n"), 0);
 	st = run_as(nobody, under, out, err);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-	b = slurp(err, &lb);
+	b = check_slurp(err, &lb);
 	CHECK(b && strstr(b, "/dev/userfaultfd") && strstr(b, "unprivileged_userfaultfd"));
 	free(b);
 	free(a);
@@ -1101,10 +1017,10 @@ static void status_and_signals_pass_through(void)
 	char *term[] = {uswap_bin, "run", "--limit", "16M", "--", "/bin/sh", "-c", "kill -TERM $$", NULL};
 	int st;
 
-	st = run(exit7, NULL, NULL);
+	st = check_cmd(exit7, NULL, NULL);
 	CHECK(WIFEXITED(st));
 	CHECK_EQ(WEXITSTATUS(st), 7);
-	st = run(term, NULL, NULL);
+	st = check_cmd(term, NULL, NULL);
 	CHECK(WIFSIGNALED(st));
 	CHECK_EQ(WTERMSIG(st), SIGTERM);
 }
@@ -1221,15 +1137,15 @@ static void signals_to_runner(void)
 	CHECK_EQ(access(shm, F_OK), 0);
 	char *stat_argv[] = {uswap_bin, "stat", pid, NULL};
 
-	st = run(stat_argv, NULL, err);
+	st = check_cmd(stat_argv, NULL, err);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 	size_t said_len;
-	char *said = slurp(err, &said_len);
+	char *said = check_slurp(err, &said_len);
 
 	CHECK(said && strstr(said, "died without exiting"));
 	free(said);
 	CHECK(access(shm, F_OK) != 0);
-	st = run(stat_argv, NULL, err);
+	st = check_cmd(stat_argv, NULL, err);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* no statistics any more */
 }
 
@@ -1340,17 +1256,17 @@ static void core_dump(void)
 	CHECK_EQ(write_text(pattern_path, pattern), 0);
 
 	char *plain[] = {bin, NULL}, *under[] = {uswap_bin, "run", "--limit", "16M", "--", bin, NULL};
-	st = run(plain, out, NULL);
+	st = check_cmd(plain, out, NULL);
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT && WCOREDUMP(st));
 	CHECK_EQ(cores_in(dir, core, sizeof(core)), 1);
 	unlink(core);
 
-	st = run(under, out, NULL);
+	st = check_cmd(under, out, NULL);
 	/* the runner dies of the same signal, without a core of its own */
 	CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
 	CHECK_EQ(cores_in(dir, core, sizeof(core)), 1);
 	CHECK(strstr(core, "/core.dumper.") != NULL);
-	buf = slurp(out, &len);
+	buf = check_slurp(out, &len);
 	unsigned long long va = 0;
 	long anon_kib = -1;
 	CHECK(buf && sscanf(buf, "%llx %ld", &va, &anon_kib) == 2);
@@ -1399,9 +1315,9 @@ static void bad_options(void)
 		for (int i = 0; i < 8 && cases[c].args[i]; i++)
 			argv[n++] = (char *)cases[c].args[i];
 		argv[n] = NULL;
-		int st = run(argv, NULL, err);
+		int st = check_cmd(argv, NULL, err);
 		size_t len;
-		char *msg = slurp(err, &len);
+		char *msg = check_slurp(err, &len);
 
 		CHECK(WIFEXITED(st));
 		CHECK_EQ(WEXITSTATUS(st), cases[c].status);
@@ -1421,7 +1337,7 @@ static void static_binary_refused(void)
 
 	snprintf(src, sizeof(src), "%s/s.c", tmpdir);
 	snprintf(bin, sizeof(bin), "%s/static-prog", tmpdir);
-	write_file(src, "int main(void) { return 0; }\n");
+	check_write_file(src, "int main(void) { return 0; }\n");
 	snprintf(cc, sizeof(cc), "cc -static -o %s %s 2>/dev/null", bin, src);
 	if (system(cc) != 0) {
 		printf("  (no static libc to build a static program: case skipped)\n");
@@ -1430,9 +1346,9 @@ static void static_binary_refused(void)
 	char err[300];
 	snprintf(err, sizeof(err), "%s/err.txt", tmpdir);
 	char *argv[] = {uswap_bin, "run", "--limit", "16M", "--", bin, NULL};
-	int st = run(argv, NULL, err);
+	int st = check_cmd(argv, NULL, err);
 	size_t len;
-	char *msg = slurp(err, &len);
+	char *msg = check_slurp(err, &len);
 
 	CHECK(WIFEXITED(st));
 	CHECK_EQ(WEXITSTATUS(st), 2);
@@ -1523,10 +1439,10 @@ static void redis_bgsave(void)
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 
 	size_t ls;
-	char *js = slurp(stats, &ls);
-	CHECK(json_num(js, "evicted_pages") > 4096);
-	CHECK(json_num(js, "swapins") > 0);
-	CHECK_EQ(json_num(js, "load_failures"), 0);
+	char *js = check_slurp(stats, &ls);
+	CHECK(check_json_num(js, "evicted_pages") > 4096);
+	CHECK(check_json_num(js, "swapins") > 0);
+	CHECK_EQ(check_json_num(js, "load_failures"), 0);
 	free(js);
 
 	/* A plain server loads the dump from the first one's dir. */
@@ -1576,13 +1492,13 @@ static void daemon_child(void)
 	snprintf(port, sizeof(port), "%d", rserver_pick_port());
 	CHECK(mkdir(dir, 0700) == 0);
 	snprintf(gen, sizeof(gen), "%s/gen.py", dir);
-	write_file(gen, "import sys\n" /* 300K SETs of 511-byte values in the protocol */
-			"o = sys.stdout.buffer\n"
-			"for i in range(300000):\n"
-			"    k, v = b'k:%d' % i, (b'%07d' % i) * 73\n"
-			"    o.write(b'*3\\r\\n$3\\r\\nSET\\r\\n$%d\\r\\n%s\\r\\n$%d\\r\\n%s\\r\\n' % "
-			"(len(k), k, len(v), v))\n");
-	write_file(
+	check_write_file(gen, "import sys\n" /* 300K SETs of 511-byte values in the protocol */
+			      "o = sys.stdout.buffer\n"
+			      "for i in range(300000):\n"
+			      "    k, v = b'k:%d' % i, (b'%07d' % i) * 73\n"
+			      "    o.write(b'*3\\r\\n$3\\r\\nSET\\r\\n$%d\\r\\n%s\\r\\n$%d\\r\\n%s\\r\\n' % "
+			      "(len(k), k, len(v), v))\n");
+	check_write_file(
 		script,
 		"set -e\n"
 		"p=$1; d=$2\n"
@@ -1655,7 +1571,7 @@ static const struct test tests[] = {
 
 int main(int argc, char **argv)
 {
-	if (SANITIZED)
+	if (CHECK_SANITIZED)
 		check_skip("a sanitizer build's preload library cannot go into uninstrumented programs");
 	if (access(uswap_bin, X_OK))
 		check_skip("no uswap binary in $BUILD");
