@@ -6,7 +6,7 @@
  * the folios in address order, gives a folio touched since its last pass (FL_REF, set by every fault)
  * a second chance, and demotes the others: their pages are moved (UFFDIO_MOVE, atomic, so no write
  * can be lost) out of the program's range into the region's shadow range, still in memory. A touch
- * on a demoted folio is a soft fault that moves it back without any load. The back hand follows the
+ * on a demoted folio is a soft fault that copies it back without any load. The back hand follows the
  * front one over the same order and evicts folios still inactive when it reaches them: store through
  * the swap layer, then release the shadow pages. A folio whose pages all still have their swap copy
  * (clean: swapped in by a read and never written since) is released without a store.

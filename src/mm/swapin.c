@@ -1,6 +1,6 @@
 /*
  * swapin.c - bringing a folio in: NONE pages zero-filled, SWAPPED runs loaded through the swap layer
- * and installed with one UFFDIO_COPY, SHADOW runs moved back (a soft fault, no load); runs of whole
+ * and installed with one UFFDIO_COPY, SHADOW runs copied back (a soft fault, no load); runs of whole
  * swapped folios in one batch (readahead, fork); and the rule that decides whether a page read back
  * keeps its swap copy. Context: the caller holds tbl_lock for reading and the folio locks.
  */
