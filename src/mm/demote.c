@@ -49,8 +49,9 @@ void stale_add(struct uswap_mm *m, struct mm_region *r, size_t fi, uintptr_t sha
 {
 	unsigned ns;
 
-	atomic_fetch_or(&r->folios[fi], FL_STALE);
 	pthread_mutex_lock(&m->stale_lock);
+	/* Under the lock: a release going on now must not clear the mark of an entry it does not take. */
+	atomic_fetch_or(&r->folios[fi], FL_STALE);
 	ns = atomic_load(&m->nr_stale);
 	if (ns && m->stale_r[ns - 1] == r && m->stale_fi[ns - 1] == fi &&
 	    (uintptr_t)m->stale_iov[ns - 1].iov_base + m->stale_iov[ns - 1].iov_len == shadow) {
