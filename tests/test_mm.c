@@ -566,8 +566,9 @@ static void test_mm_discard(void)
  * meanwhile takes its shadow range with it, and the next region's shadow (or anything else) is mapped
  * at the same addresses: a release that came after would zap that region's inactive pages. So the
  * list is released before the table changes (without that, this test crashes: the list's folio words
- * are gone too). Rounds of map, fill, re-read (soft faults), unmap, each region landing where the last
- * one was; every page of every round read back exact.
+ * are gone too). Rounds of map, fill, re-read (soft faults), then unmap or unregister (which brings the
+ * pages in: more soft faults) and munmap, each region landing where the last one was; every page of
+ * every round read back exact.
  */
 static void stale_reuse_mode(bool batched, unsigned sigbus)
 {
@@ -593,7 +594,13 @@ static void stale_reuse_mode(bool batched, unsigned sigbus)
 			for (size_t i = n - 512; i < n; i++)
 				if (csum_buf(p + i * PS, PS) != sums[i])
 					CHECK_EQ(i, (size_t)-1); /* names the page */
-		CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+		if (round % 2) {
+			CHECK_EQ(uswap_unmap(m, p, n * PS), 0);
+		} else { /* brings every page in first: its inactive ones leave stale shadow pages */
+			CHECK_EQ(uswap_unregister(m, p, n * PS), 0);
+			CHECK_EQ(verify_pages(p, n, sums), 0);
+			munmap(p, n * PS);
+		}
 	}
 	uswap_mm_stats(m, &st);
 	CHECK(st.soft_faults > 0);

@@ -244,8 +244,7 @@ out_free:
 	return ret;
 }
 
-/* Bring every page of region @r in and drop its copies. Context: tbl_lock held for writing. */
-static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
+static int region_bring_in_pages(struct uswap_mm *m, struct mm_region *r)
 {
 	for (size_t fi = 0; fi < r->nr_folios; fi++) {
 		int ret = 0;
@@ -262,6 +261,18 @@ static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
 			return ret;
 	}
 	return 0;
+}
+
+/*
+ * Bring every page of region @r in and drop its copies. The shadow pages its soft faults leave go at
+ * once: the caller is about to change the table. Context: tbl_lock held for writing.
+ */
+static int region_bring_in(struct uswap_mm *m, struct mm_region *r)
+{
+	int ret = region_bring_in_pages(m, r);
+
+	stale_release(m, NULL, 0);
+	return ret;
 }
 
 void uswap_mm_destroy(struct uswap_mm *m)
