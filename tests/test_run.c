@@ -770,6 +770,34 @@ static void descriptors_unseen(void)
 		return;
 	char *cmd[] = {bin, NULL};
 	same_output("32M", cmd, false);
+
+	/* With a Redis tier: hiredis opened its sockets at the lowest free numbers, not close-on-exec. */
+	char plain_out[300], under_out[300], tier[64];
+	struct rserver s;
+
+	if (!rserver_available()) {
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
+		CHECK(rserver_available());
+		return;
+	}
+	CHECK_EQ(rserver_start(&s, "noeviction", NULL), 0);
+	snprintf(plain_out, sizeof(plain_out), "%s/plain.out", tmpdir);
+	snprintf(under_out, sizeof(under_out), "%s/under-redis.out", tmpdir);
+	snprintf(tier, sizeof(tier), "redis://127.0.0.1:%d", s.port);
+	char *argv[] = {uswap_bin, "run", "--limit", "32M", "--tiers", tier, "--", bin, NULL};
+	int st = run(argv, under_out, NULL);
+
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	size_t la, lb;
+	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb);
+
+	CHECK(a && b && la > 0);
+	CHECK_EQ(lb, la);
+	if (a && b && la == lb)
+		CHECK_MEM(b, a, la);
+	free(a);
+	free(b);
+	rserver_kill(&s);
 }
 
 /*
