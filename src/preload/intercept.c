@@ -1,8 +1,9 @@
 /*
  * intercept.c - the calls of the program that the preload library takes first: mmap (new mappings
  * registered), madvise and process_madvise (discards reported to the instance), mlockall, the close
- * and dup family (the library's descriptors kept), pthread_create (the library's threads marked), and
- * sigaction and signal (the core-dumping signals bring swapped pages in first).
+ * and dup family (the library's descriptors kept), the fstat family and fcntl (those descriptors look
+ * closed), pthread_create (the library's threads marked), and sigaction and signal (the core-dumping
+ * signals bring swapped pages in first).
  */
 #include "preload/preload.h"
 
