@@ -721,52 +721,54 @@ static void descriptors_unseen(void)
 {
 	char bin[300];
 
-	if (!build_c("fds",
-		     "#define _GNU_SOURCE\n"
-		     "#include <ctype.h>\n#include <dirent.h>\n#include <fcntl.h>\n#include <stdio.h>\n"
-		     "#include <stdlib.h>\n#include <string.h>\n#include <sys/stat.h>\n#include <sys/wait.h>\n"
-		     "#include <unistd.h>\n"
-		     "static void probe(const char *who) {\n"
-		     "\tstruct stat st;\n\tstruct statx sx;\n"
-		     "\tprintf(\"%s:\", who);\n"
-		     "\tfor (int fd = 0; fd < sysconf(_SC_OPEN_MAX); fd++) {\n"
-		     "\t\tint a = !fstat(fd, &st), b = fcntl(fd, F_GETFD) >= 0,\n"
-		     "\t\t    c = !statx(fd, \"\", AT_EMPTY_PATH, STATX_TYPE, &sx);\n"
-		     "\t\tif (a || b || c) printf(\" %d%s\", fd, a && b && c ? \"\" : \"(not to all)\");\n"
-		     "\t}\n"
-		     "\tputs(\"\");\n"
-		     "}\n"
-		     "static void list(void) {\n"
-		     "\tDIR *d = opendir(\"/proc/self/fd\");\n\tstruct dirent *e;\n"
-		     "\tprintf(\"child without the preload, /proc/self/fd:\");\n"
-		     "\twhile (d && (e = readdir(d))) {\n"
-		     "\t\tchar p[300], t[256], k[256];\n\t\tint n = 0;\n"
-		     "\t\tif (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d)) continue;\n"
-		     "\t\tsnprintf(p, sizeof(p), \"/proc/self/fd/%s\", e->d_name);\n"
-		     "\t\tssize_t len = readlink(p, t, sizeof(t) - 1);\n"
-		     "\t\tt[len > 0 ? len : 0] = 0;\n"
-		     "\t\tfor (char *s = t; *s; s++) if (!isdigit((unsigned char)*s)) k[n++] = *s;\n"
-		     "\t\tk[n] = 0;\n"
-		     "\t\tprintf(\" %s:%s\", e->d_name, t[0] == '/' ? \"file\" : k);\n"
-		     "\t}\n"
-		     "\tputs(\"\");\n"
-		     "}\n"
-		     "int main(int argc, char **argv) {\n"
-		     "\tchar *none[] = {NULL};\n"
-		     "\tif (argc > 1) { argv[1][0] == 'p' ? probe(\"child under the preload\") : list(); return 0; }\n"
-		     "\tprobe(\"program\");\n"
-		     "\tfflush(stdout);\n"
-		     "\tfor (int i = 0; i < 2; i++) {\n"
-		     "\t\tpid_t pid = fork();\n"
-		     "\t\tif (!pid) {\n"
-		     "\t\t\tchar *args[] = {argv[0], i ? \"list\" : \"probe\", NULL};\n"
-		     "\t\t\texecve(argv[0], args, i ? none : environ);\n"
-		     "\t\t\t_exit(127);\n"
-		     "\t\t}\n"
-		     "\t\twaitpid(pid, NULL, 0);\n"
-		     "\t}\n"
-		     "\treturn 0;\n}\n",
-		     bin, sizeof(bin)))
+	if (!build_c(
+		    "fds",
+		    "#define _GNU_SOURCE\n"
+		    "#include <ctype.h>\n#include <dirent.h>\n#include <fcntl.h>\n#include <stdio.h>\n"
+		    "#include <stdlib.h>\n#include <string.h>\n#include <sys/stat.h>\n#include <sys/wait.h>\n"
+		    "#include <unistd.h>\n"
+		    "static void probe(const char *who) {\n"
+		    "\tstruct stat st;\n\tstruct statx sx;\n"
+		    "\tprintf(\"%s:\", who);\n"
+		    "\tfor (int fd = 0; fd < sysconf(_SC_OPEN_MAX); fd++) {\n"
+		    "\t\tint a = !fstat(fd, &st), b = fcntl(fd, F_GETFD) >= 0,\n"
+		    "\t\t    c = !statx(fd, \"\", AT_EMPTY_PATH, STATX_TYPE, &sx);\n"
+		    "\t\tif (a || b || c) printf(\" %d%s\", fd, a && b && c ? \"\" : \"(not to all)\");\n"
+		    "\t}\n"
+		    "\tputs(\"\");\n"
+		    "}\n"
+		    "static void list(void) {\n"
+		    "\tDIR *d = opendir(\"/proc/self/fd\");\n\tstruct dirent *e;\n"
+		    "\tprintf(\"child without the preload, /proc/self/fd:\");\n"
+		    "\twhile (d && (e = readdir(d))) {\n"
+		    "\t\tchar p[300], t[256], k[256];\n\t\tint n = 0;\n"
+		    "\t\tif (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d)) continue;\n"
+		    "\t\tsnprintf(p, sizeof(p), \"/proc/self/fd/%s\", e->d_name);\n"
+		    "\t\tssize_t len = readlink(p, t, sizeof(t) - 1);\n"
+		    "\t\tt[len > 0 ? len : 0] = 0;\n"
+		    "\t\tfor (char *s = t; *s; s++) if (!isdigit((unsigned char)*s)) k[n++] = *s;\n"
+		    "\t\tk[n] = 0;\n"
+		    "\t\tprintf(\" %s:%s\", e->d_name, t[0] == '/' ? \"file\" : k);\n"
+		    "\t}\n"
+		    "\tputs(\"\");\n"
+		    "}\n"
+		    "int main(int argc, char **argv) {\n"
+		    "\tchar *none[] = {NULL};\n"
+		    "\tif (argc > 1) { argv[1][0] == 'p' ? probe(\"child under the preload\") : list(); "
+		    "return 0; }\n"
+		    "\tprobe(\"program\");\n"
+		    "\tfflush(stdout);\n"
+		    "\tfor (int i = 0; i < 2; i++) {\n"
+		    "\t\tpid_t pid = fork();\n"
+		    "\t\tif (!pid) {\n"
+		    "\t\t\tchar *args[] = {argv[0], i ? \"list\" : \"probe\", NULL};\n"
+		    "\t\t\texecve(argv[0], args, i ? none : environ);\n"
+		    "\t\t\t_exit(127);\n"
+		    "\t\t}\n"
+		    "\t\twaitpid(pid, NULL, 0);\n"
+		    "\t}\n"
+		    "\treturn 0;\n}\n",
+		    bin, sizeof(bin)))
 		return;
 	char *cmd[] = {bin, NULL};
 	same_output("32M", cmd, false);
@@ -776,7 +778,8 @@ static void descriptors_unseen(void)
 	struct rserver s;
 
 	if (!rserver_available()) {
-		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n", check_test);
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n",
+			check_test);
 		CHECK(rserver_available());
 		return;
 	}

@@ -379,7 +379,9 @@ int fstat(int fd, struct stat *st)
 	static void *_Atomic next;
 	fstat_fn f = (fstat_fn)next_fn(&next, "fstat");
 
-	return hidden_fd(fd) ? fail_errno(EBADF) : f ? f(fd, st) : fail_errno(ENOSYS);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, st) : fail_errno(ENOSYS);
 }
 
 int fstat64(int fd, struct stat64 *st)
@@ -387,7 +389,9 @@ int fstat64(int fd, struct stat64 *st)
 	static void *_Atomic next;
 	fstat64_fn f = (fstat64_fn)next_fn(&next, "fstat64");
 
-	return hidden_fd(fd) ? fail_errno(EBADF) : f ? f(fd, st) : fail_errno(ENOSYS);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, st) : fail_errno(ENOSYS);
 }
 
 int fstatat(int dirfd, const char *path, struct stat *st, int flags)
@@ -395,9 +399,9 @@ int fstatat(int dirfd, const char *path, struct stat *st, int flags)
 	static void *_Atomic next;
 	fstatat_fn f = (fstatat_fn)next_fn(&next, "fstatat");
 
-	return hidden_at(dirfd, path, flags) ? fail_errno(EBADF)
-	       : f			      ? f(dirfd, path, st, flags)
-						      : fail_errno(ENOSYS);
+	if (hidden_at(dirfd, path, flags))
+		return fail_errno(EBADF);
+	return f ? f(dirfd, path, st, flags) : fail_errno(ENOSYS);
 }
 
 int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
@@ -405,9 +409,9 @@ int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
 	static void *_Atomic next;
 	fstatat64_fn f = (fstatat64_fn)next_fn(&next, "fstatat64");
 
-	return hidden_at(dirfd, path, flags) ? fail_errno(EBADF)
-	       : f			      ? f(dirfd, path, st, flags)
-						      : fail_errno(ENOSYS);
+	if (hidden_at(dirfd, path, flags))
+		return fail_errno(EBADF);
+	return f ? f(dirfd, path, st, flags) : fail_errno(ENOSYS);
 }
 
 int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *stx)
@@ -415,9 +419,9 @@ int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *s
 	static void *_Atomic next;
 	statx_fn f = (statx_fn)next_fn(&next, "statx");
 
-	return hidden_at(dirfd, path, flags) ? fail_errno(EBADF)
-	       : f			      ? f(dirfd, path, flags, mask, stx)
-						      : fail_errno(ENOSYS);
+	if (hidden_at(dirfd, path, flags))
+		return fail_errno(EBADF);
+	return f ? f(dirfd, path, flags, mask, stx) : fail_errno(ENOSYS);
 }
 
 int __fxstat(int ver, int fd, struct stat *st);
@@ -428,7 +432,9 @@ int __fxstat(int ver, int fd, struct stat *st)
 	static void *_Atomic next;
 	fxstat_fn f = (fxstat_fn)next_fn(&next, "__fxstat");
 
-	return hidden_fd(fd) ? fail_errno(EBADF) : f ? f(ver, fd, st) : fail_errno(ENOSYS);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(ver, fd, st) : fail_errno(ENOSYS);
 }
 
 int __fxstat64(int ver, int fd, struct stat64 *st)
@@ -436,7 +442,9 @@ int __fxstat64(int ver, int fd, struct stat64 *st)
 	static void *_Atomic next;
 	fxstat64_fn f = (fxstat64_fn)next_fn(&next, "__fxstat64");
 
-	return hidden_fd(fd) ? fail_errno(EBADF) : f ? f(ver, fd, st) : fail_errno(ENOSYS);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(ver, fd, st) : fail_errno(ENOSYS);
 }
 
 /* fcntl's third argument, an int or a pointer, is read as glibc's fcntl reads it: as a pointer. */
@@ -450,7 +458,9 @@ int fcntl(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return hidden_fd(fd) ? fail_errno(EBADF) : f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
 }
 
 int fcntl64(int fd, int cmd, ...)
@@ -463,7 +473,9 @@ int fcntl64(int fd, int cmd, ...)
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	return hidden_fd(fd) ? fail_errno(EBADF) : f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
 }
 
 /* ---- threads the library starts carry the mark ---- */
