@@ -624,6 +624,100 @@ static void descriptors_taken(void)
 }
 
 /*
+ * What a program finds of the instance's descriptors: nothing, but in /proc/self/fd. A C program
+ * probes every number below its soft RLIMIT_NOFILE with fstat(), fcntl(F_GETFD) and statx() by
+ * AT_EMPTY_PATH, then execs itself twice: a child under the preload (an instance of its own) probes
+ * the same way (python3's test_subprocess.test_pass_fds_redirected found its ten descriptors so), and
+ * a child without the preload's environment lists /proc/self/fd with each link's kind: no descriptor
+ * of the parent's instance or of `uswap run` may cross exec. Same output as plainly.
+ */
+static void descriptors_unseen(void)
+{
+	char bin[300];
+
+	if (!build_c(
+		    "fds",
+		    "#define _GNU_SOURCE\n"
+		    "#include <ctype.h>\n#include <dirent.h>\n#include <fcntl.h>\n#include <stdio.h>\n"
+		    "#include <stdlib.h>\n#include <string.h>\n#include <sys/stat.h>\n#include <sys/wait.h>\n"
+		    "#include <unistd.h>\n"
+		    "static void probe(const char *who) {\n"
+		    "\tstruct stat st;\n\tstruct statx sx;\n"
+		    "\tprintf(\"%s:\", who);\n"
+		    "\tfor (int fd = 0; fd < sysconf(_SC_OPEN_MAX); fd++) {\n"
+		    "\t\tint a = !fstat(fd, &st), b = fcntl(fd, F_GETFD) >= 0,\n"
+		    "\t\t    c = !statx(fd, \"\", AT_EMPTY_PATH, STATX_TYPE, &sx);\n"
+		    "\t\tif (a || b || c) printf(\" %d%s\", fd, a && b && c ? \"\" : \"(not to all)\");\n"
+		    "\t}\n"
+		    "\tputs(\"\");\n"
+		    "}\n"
+		    "static void list(void) {\n"
+		    "\tDIR *d = opendir(\"/proc/self/fd\");\n\tstruct dirent *e;\n"
+		    "\tprintf(\"child without the preload, /proc/self/fd:\");\n"
+		    "\twhile (d && (e = readdir(d))) {\n"
+		    "\t\tchar p[300], t[256], k[256];\n\t\tint n = 0;\n"
+		    "\t\tif (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d)) continue;\n"
+		    "\t\tsnprintf(p, sizeof(p), \"/proc/self/fd/%s\", e->d_name);\n"
+		    "\t\tssize_t len = readlink(p, t, sizeof(t) - 1);\n"
+		    "\t\tt[len > 0 ? len : 0] = 0;\n"
+		    "\t\tfor (char *s = t; *s; s++) if (!isdigit((unsigned char)*s)) k[n++] = *s;\n"
+		    "\t\tk[n] = 0;\n"
+		    "\t\tprintf(\" %s:%s\", e->d_name, t[0] == '/' ? \"file\" : k);\n"
+		    "\t}\n"
+		    "\tputs(\"\");\n"
+		    "}\n"
+		    "int main(int argc, char **argv) {\n"
+		    "\tchar *none[] = {NULL};\n"
+		    "\tif (argc > 1) { argv[1][0] == 'p' ? probe(\"child under the preload\") : list(); "
+		    "return 0; }\n"
+		    "\tprobe(\"program\");\n"
+		    "\tfflush(stdout);\n"
+		    "\tfor (int i = 0; i < 2; i++) {\n"
+		    "\t\tpid_t pid = fork();\n"
+		    "\t\tif (!pid) {\n"
+		    "\t\t\tchar *args[] = {argv[0], i ? \"list\" : \"probe\", NULL};\n"
+		    "\t\t\texecve(argv[0], args, i ? none : environ);\n"
+		    "\t\t\t_exit(127);\n"
+		    "\t\t}\n"
+		    "\t\twaitpid(pid, NULL, 0);\n"
+		    "\t}\n"
+		    "\treturn 0;\n}\n",
+		    bin, sizeof(bin)))
+		return;
+	char *cmd[] = {bin, NULL};
+	same_output("32M", cmd, false);
+
+	/* With a Redis tier: hiredis opened its sockets at the lowest free numbers, not close-on-exec. */
+	char plain_out[300], under_out[300], tier[64];
+	struct rserver s;
+
+	if (!rserver_available()) {
+		fprintf(stderr, "[%s] redis-server not installed (scripts/deps.sh installs it)\n",
+			check_test);
+		CHECK(rserver_available());
+		return;
+	}
+	CHECK_EQ(rserver_start(&s, "noeviction", NULL), 0);
+	snprintf(plain_out, sizeof(plain_out), "%s/plain.out", tmpdir);
+	snprintf(under_out, sizeof(under_out), "%s/under-redis.out", tmpdir);
+	snprintf(tier, sizeof(tier), "redis://127.0.0.1:%d", s.port);
+	char *argv[] = {uswap_bin, "run", "--limit", "32M", "--tiers", tier, "--", bin, NULL};
+	int st = run(argv, under_out, NULL);
+
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	size_t la, lb;
+	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb);
+
+	CHECK(a && b && la > 0);
+	CHECK_EQ(lb, la);
+	if (a && b && la == lb)
+		CHECK_MEM(b, a, la);
+	free(a);
+	free(b);
+	rserver_kill(&s);
+}
+
+/*
  * Big blocks, python3 through ctypes, under 32M: a buffer grown 64 KiB at a time to 128 MB with
  * realloc() (its pages are swapped while the block moves: twice its size each time it outgrows
  * itself), every byte must arrive; then blocks of 1-4 MB (freed into the cache of big blocks) and of
@@ -1559,6 +1653,7 @@ static const struct test tests[] = {
 	T(address_space_ours),
 	T(descriptors_taken),
 	T(few_descriptors),
+	T(descriptors_unseen),
 	T(dlopen_global),
 	T(child_as_other_user),
 	T(impossible_malloc),

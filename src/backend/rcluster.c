@@ -31,6 +31,7 @@
 #include "tls.h"
 #include "util/clock.h"
 #include "util/err.h"
+#include "util/fd.h"
 
 #define RC_PENDING       1    /* cmd.result while the command still has to go (again) */
 #define RC_MAX_REDIRECTS 16   /* redirect rounds per batch: a resharding moves a slot once */
@@ -138,21 +139,31 @@ static struct timeval ms_tv(int ms)
 
 static void node_drop(struct rc_node *nd)
 {
-	if (nd->c)
+	if (nd->c) {
+		fd_forget(nd->c->fd);
 		redisFree(nd->c); /* closes the socket, a TLS one too */
+	}
 	nd->c = NULL;
 	tls_close(nd->tls);
 	nd->tls = NULL;
 }
 
-/* A hiredis context on a TCP connection, or with tls on a pump's socketpair. Return: 0; -errno. */
+/*
+ * A hiredis context on a TCP connection, or with tls on a socket tls.c drives. Return: 0; -errno.
+ * The socket is kept (util/fd.h): close-on-exec, high in the table, out of the program's sight, as the
+ * instance's other descriptors are. hiredis opens it without close-on-exec: a program's exec'd
+ * children inherited every connection, and the program saw them at its lowest free numbers.
+ */
 static int node_dial(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 {
 	int fd, ret;
 
 	if (!rc->tls) {
 		nd->c = redisConnectWithTimeout(nd->host, nd->port, ms_tv(timeout_ms));
-		return nd->c && !nd->c->err ? 0 : -ECONNREFUSED;
+		if (!nd->c || nd->c->err)
+			return -ECONNREFUSED;
+		nd->c->fd = fd_keep(nd->c->fd);
+		return 0;
 	}
 	ret = tls_connect(rc->ssl_ctx, nd->host, nd->port, timeout_ms, &nd->tls, &fd, rc->tls_why,
 			  sizeof(rc->tls_why));
@@ -160,7 +171,7 @@ static int node_dial(struct rcluster *rc, struct rc_node *nd, int timeout_ms)
 		return ret;
 	nd->c = redisConnectFd(fd);
 	if (!nd->c) {
-		close(fd);
+		fd_close(fd);
 		return -ENOMEM;
 	}
 	return nd->c->err ? -ECONNREFUSED : 0;

@@ -36,6 +36,7 @@
 #include "util/alloc.h"
 #include "util/clock.h"
 #include "util/err.h"
+#include "util/fd.h"
 
 struct tls_conn {
 	SSL *ssl;
@@ -186,7 +187,7 @@ static int tcp_connect(const char *host, int port, int timeout_ms)
 	freeaddrinfo(res);
 	if (fd >= 0)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return fd;
+	return fd_keep(fd); /* before SSL knows its number (rcluster.c's node_dial() says why) */
 }
 
 /* The handshake, non-blocking. Return: 0 or -EPROTO (@why says why). */
@@ -267,7 +268,7 @@ int tls_connect(SSL_CTX *ctx, const char *host, int port, int timeout_ms, struct
 out_free:
 	if (t->ssl)
 		SSL_free(t->ssl);
-	close(t->sock);
+	fd_close(t->sock);
 	ufree(t);
 	return ret;
 }

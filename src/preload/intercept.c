@@ -1,8 +1,9 @@
 /*
  * intercept.c - the calls of the program that the preload library takes first: mmap (new mappings
  * registered), madvise and process_madvise (discards reported to the instance), mlockall, the close
- * and dup family (the library's descriptors kept), pthread_create (the library's threads marked), and
- * sigaction and signal (the core-dumping signals bring swapped pages in first).
+ * and dup family (the library's descriptors kept), the fstat family and fcntl (those descriptors look
+ * closed), pthread_create (the library's threads marked), and sigaction and signal (the core-dumping
+ * signals bring swapped pages in first).
  */
 #include "preload/preload.h"
 
@@ -12,12 +13,14 @@
 #include <limits.h>
 #include <semaphore.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
@@ -324,6 +327,155 @@ int dup3(int old, int new, int flags)
 		return -1;
 	}
 	return (int)syscall(SYS_dup3, old, new, flags);
+}
+
+/*
+ * To the program a kept descriptor is a closed one: fstat(), fstatat() and statx() of it (by
+ * AT_EMPTY_PATH) and fcntl() on it fail with EBADF. A program that finds its open descriptors by
+ * probing every number up to the limit saw the instance's: python3's test_subprocess
+ * (test_pass_fds_redirected) fstat()s 0..SC_OPEN_MAX in a child that, started under the preload, has
+ * an instance of its own, and found ten descriptors it never opened. /proc/self/fd still lists them.
+ * Binaries built before glibc 2.33 call __fxstat64() and __fxstat() for fstat().
+ */
+static bool hidden_fd(int fd)
+{
+	return !t_internal && fd_kept(fd);
+}
+
+static bool hidden_at(int dirfd, const char *path, int flags)
+{
+	return (flags & AT_EMPTY_PATH) && path && !*path && hidden_fd(dirfd);
+}
+
+static int fail_errno(int err)
+{
+	errno = err;
+	return -1;
+}
+
+/* glibc's definition of @name, looked up once into @slot; NULL if it has none. */
+static void *next_fn(void *_Atomic *slot, const char *name)
+{
+	void *f = atomic_load_explicit(slot, memory_order_relaxed);
+
+	if (!f) {
+		f = dlsym(RTLD_NEXT, name);
+		atomic_store_explicit(slot, f, memory_order_relaxed);
+	}
+	return f;
+}
+
+typedef int (*fstat_fn)(int, struct stat *);
+typedef int (*fstat64_fn)(int, struct stat64 *);
+typedef int (*fstatat_fn)(int, const char *, struct stat *, int);
+typedef int (*fstatat64_fn)(int, const char *, struct stat64 *, int);
+typedef int (*statx_fn)(int, const char *, int, unsigned, struct statx *);
+typedef int (*fxstat_fn)(int, int, struct stat *);
+typedef int (*fxstat64_fn)(int, int, struct stat64 *);
+typedef int (*fcntl_fn)(int, int, ...);
+
+int fstat(int fd, struct stat *st)
+{
+	static void *_Atomic next;
+	fstat_fn f = (fstat_fn)next_fn(&next, "fstat");
+
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, st) : fail_errno(ENOSYS);
+}
+
+int fstat64(int fd, struct stat64 *st)
+{
+	static void *_Atomic next;
+	fstat64_fn f = (fstat64_fn)next_fn(&next, "fstat64");
+
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, st) : fail_errno(ENOSYS);
+}
+
+int fstatat(int dirfd, const char *path, struct stat *st, int flags)
+{
+	static void *_Atomic next;
+	fstatat_fn f = (fstatat_fn)next_fn(&next, "fstatat");
+
+	if (hidden_at(dirfd, path, flags))
+		return fail_errno(EBADF);
+	return f ? f(dirfd, path, st, flags) : fail_errno(ENOSYS);
+}
+
+int fstatat64(int dirfd, const char *path, struct stat64 *st, int flags)
+{
+	static void *_Atomic next;
+	fstatat64_fn f = (fstatat64_fn)next_fn(&next, "fstatat64");
+
+	if (hidden_at(dirfd, path, flags))
+		return fail_errno(EBADF);
+	return f ? f(dirfd, path, st, flags) : fail_errno(ENOSYS);
+}
+
+int statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *stx)
+{
+	static void *_Atomic next;
+	statx_fn f = (statx_fn)next_fn(&next, "statx");
+
+	if (hidden_at(dirfd, path, flags))
+		return fail_errno(EBADF);
+	return f ? f(dirfd, path, flags, mask, stx) : fail_errno(ENOSYS);
+}
+
+int __fxstat(int ver, int fd, struct stat *st);
+int __fxstat64(int ver, int fd, struct stat64 *st);
+
+int __fxstat(int ver, int fd, struct stat *st)
+{
+	static void *_Atomic next;
+	fxstat_fn f = (fxstat_fn)next_fn(&next, "__fxstat");
+
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(ver, fd, st) : fail_errno(ENOSYS);
+}
+
+int __fxstat64(int ver, int fd, struct stat64 *st)
+{
+	static void *_Atomic next;
+	fxstat64_fn f = (fxstat64_fn)next_fn(&next, "__fxstat64");
+
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(ver, fd, st) : fail_errno(ENOSYS);
+}
+
+/* fcntl's third argument, an int or a pointer, is read as glibc's fcntl reads it: as a pointer. */
+int fcntl(int fd, int cmd, ...)
+{
+	static void *_Atomic next;
+	fcntl_fn f = (fcntl_fn)next_fn(&next, "fcntl");
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+	static void *_Atomic next;
+	fcntl_fn f = (fcntl_fn)next_fn(&next, "fcntl64");
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (hidden_fd(fd))
+		return fail_errno(EBADF);
+	return f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
 }
 
 /* ---- threads the library starts carry the mark ---- */
