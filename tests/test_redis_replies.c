@@ -1,0 +1,229 @@
+/*
+ * test_redis_replies.c - the remote tier against replies a real server never sends, from a fake Redis
+ * server (tests/fakeredis.c) scripted per command: at open (AUTH, SELECT, CLUSTER INFO, CONFIG GET,
+ * the alive key's SET), on stores (SET, WAIT), loads (GET), frees (DEL), lease renewals (PEXPIRE),
+ * `uswap gc` (SCAN), and for the cluster client (CLUSTER SLOTS, MOVED, ASK). Replies of the wrong type,
+ * errors, truncated ones followed by a close, garbage, huge declared lengths, silence, a trickle and a
+ * flood. The rule for each: a clear error (naming the tier or server, and for a load the swap id), no
+ * crash, no hang (the tier's timeout bounds every call; a watchdog turns a hang into a failure), and
+ * nothing lost: a store that got a bad reply is reported as not stored, a load that got one fails
+ * (never wrong data as success) and the page loads intact once the server answers well again. Then
+ * the same under a memory region, and a fuzz of mutated replies (USWAP_FUZZ_SEED=N replays). A real
+ * redis-server (tests/rserver.c) gives the error a real server does send: OOM at maxmemory.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "uswap.h"
+
+#include "check.h"
+#include "fakeredis.h"
+#include "mutate.h"
+#include "rserver.h"
+
+#define TIMEOUT_MS 200
+#define PAGE_SIZE  USWAP_PAGE_SIZE
+
+/* ---- a watchdog: a call that never returns fails the test instead of running into the runner's timeout */
+
+static const char *guarded;
+
+static void on_alarm(int sig)
+{
+	static const char msg[] = "\nhang: a call did not return within 120 s: ";
+
+	(void)sig;
+	if (write(2, msg, sizeof(msg) - 1) < 0 || write(2, guarded, strlen(guarded)) < 0 ||
+	    write(2, "\n", 1) < 0)
+		_exit(3);
+	_exit(3);
+}
+
+static void guard(const char *what)
+{
+	guarded = what;
+	signal(SIGALRM, on_alarm);
+	alarm(120); /* many times what the tier's timeout allows a call; loaded sanitizer runs included */
+}
+
+static void unguard(void)
+{
+	alarm(0);
+}
+
+/* ---- bad replies ---- */
+
+struct bad {
+	const char *name;
+	const char *reply; /* NULL: huge (filled in) */
+	size_t len;        /* 0: strlen(reply) */
+	enum fake_action action;
+};
+
+#define B(name, reply, action)                                                                               \
+	{                                                                                                    \
+		name, reply, 0, action                                                                       \
+	}
+
+/* Replies no command of the tier expects (each is wrong for SET, GET, DEL, PEXPIRE, WAIT alike or nearly). */
+static const struct bad bad_replies[] = {
+	B("array", "*1\r\n$2\r\nOK\r\n", FAKE_REPLY),
+	B("empty array", "*0\r\n", FAKE_REPLY),
+	B("nil array", "*-1\r\n", FAKE_REPLY),
+	B("error", "-ERR injected failure\r\n", FAKE_REPLY),
+	B("truncated then closed", "+O", FAKE_CLOSE),
+	B("half a bulk then closed", "$4136\r\nabcdef", FAKE_CLOSE),
+	B("closed without a reply", "", FAKE_CLOSE),
+	B("no reply", "", FAKE_STALL),
+	B("half a reply then silence", "$4136\r\nab", FAKE_STALL),
+	B("huge bulk length then silence", "$999999999999\r\n", FAKE_STALL),
+	B("huge array length then silence", "*999999999999\r\n", FAKE_STALL),
+	B("garbage", "\x01\x02\xff garbage\r\n", FAKE_REPLY),
+	B("garbage then silence", "hello world\r\n", FAKE_STALL),
+	B("negative bulk length", "$-7\r\n", FAKE_REPLY),
+	B("non-numeric length", "$abc\r\n", FAKE_REPLY),
+	B("RESP3 null", "_\r\n", FAKE_REPLY),
+	B("RESP3 double", ",1.5\r\n", FAKE_REPLY),
+	B("RESP3 map", "%1\r\n+a\r\n+b\r\n", FAKE_REPLY),
+	B("no CRLF", "+OK", FAKE_STALL),
+	B("LF only", "+OK\n", FAKE_STALL),
+};
+
+/* Per command: replies of a type it does not take (in addition to the table above). */
+static const struct bad get_wrong[] = {
+	B("integer", ":1\r\n", FAKE_REPLY),
+	B("status", "+OK\r\n", FAKE_REPLY),
+	B("short bulk", "$5\r\nhello\r\n", FAKE_REPLY),
+	B("long bulk", NULL, FAKE_REPLY), /* 8 KiB */
+	B("bulk of the right length, not a sealed page", NULL, FAKE_REPLY),
+	B("nil", "$-1\r\n", FAKE_REPLY),
+	B("MOVED outside a cluster", "-MOVED 1 127.0.0.1:1\r\n", FAKE_REPLY),
+	B("LOADING", "-LOADING Redis is loading the dataset in memory\r\n", FAKE_REPLY),
+};
+
+static size_t bad_len(const struct bad *b)
+{
+	return b->len ? b->len : strlen(b->reply);
+}
+
+static char spec_buf[256];
+
+static const char *spec_of(const struct fake_redis *f, const char *scheme, const char *opts)
+{
+	snprintf(spec_buf, sizeof(spec_buf), "%s://127.0.0.1:%d:timeout=%d%s", scheme, fake_port(f),
+		 TIMEOUT_MS, opts);
+	return spec_buf;
+}
+
+/* The message of the last call names the tier (its spec) or at least its server. */
+static bool names_tier(const struct fake_redis *f)
+{
+	char hp[32];
+
+	snprintf(hp, sizeof(hp), "127.0.0.1:%d", fake_port(f));
+	return strstr(uswap_errmsg(), hp) != NULL;
+}
+
+static void script_bad(struct fake_redis *f, const char *cmd, const char *key_has, unsigned count,
+		       const struct bad *b)
+{
+	static char big[8192 + 64];
+
+	if (b->reply) {
+		fake_script(f, cmd, key_has, 0, count, b->reply, bad_len(b), b->action);
+		return;
+	}
+	/* a bulk: 8 KiB, or exactly the sealed size (4096 + 40) of noise */
+	size_t n = strstr(b->name, "right length") ? 4136 : 8192;
+	int h = snprintf(big, sizeof(big), "$%zu\r\n", n);
+
+	fill_pages(big + h, 2, PK_RANDOM, seed_for(n));
+	memcpy(big + h + n, "\r\n", 2);
+	fake_script(f, cmd, key_has, 0, count, big, (size_t)h + n + 2, b->action);
+}
+
+/*
+ * A layer on @f, alone (a page it refuses stays with the caller) with two pages stored while the
+ * server behaved. Return: the layer, or NULL (a failed check).
+ */
+static struct uswap *layer_with_pages(struct fake_redis *f, const char *opts, unsigned char *pages,
+				      uswap_id_t *ids)
+{
+	struct uswap *u = NULL;
+	int ret = uswap_create(&u, spec_of(f, "redis", opts));
+
+	if (ret) {
+		fprintf(stderr, "[%s] %s: %d %s\n", check_test, spec_buf, ret, uswap_errmsg());
+		CHECK_EQ(ret, 0);
+		return NULL;
+	}
+	fill_pages(pages, 2, PK_RANDOM, seed_for(fake_port(f)));
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(uswap_store(u, pages + i * PAGE_SIZE, 1, &ids[i]), 0);
+	return u;
+}
+
+/* Each page of @ids loads intact (the server answers well again). */
+static void pages_intact(struct uswap *u, const unsigned char *pages, const uswap_id_t *ids, int n)
+{
+	static unsigned char back[PAGE_SIZE];
+
+	for (int i = 0; i < n; i++) {
+		memset(back, 0, PAGE_SIZE);
+		CHECK_EQ(uswap_load(u, ids[i], back, 1), 0);
+		CHECK_MEM(pages + i * PAGE_SIZE, back, PAGE_SIZE);
+	}
+}
+
+static void fake_up(struct fake_redis **f, bool cluster)
+{
+	if (fake_start(f, cluster))
+		check_skip("cannot listen on a loopback port");
+}
+
+/* Loads whose GET gets a bad reply: -EIO naming the swap id, never data; intact once it answers well. */
+static void load_bad(struct fake_redis *f, const struct bad *b)
+{
+	static unsigned char pages[2 * PAGE_SIZE], back[PAGE_SIZE];
+	uswap_id_t ids[2];
+	struct uswap *u;
+	char id[32];
+	int ret;
+
+	u = layer_with_pages(f, ":prefix=ld", pages, ids);
+	if (!u)
+		return;
+	guard(b->name);
+	script_bad(f, "GET", NULL, 0, b);
+	memset(back, 0, PAGE_SIZE);
+	ret = uswap_load(u, ids[1], back, 1);
+	snprintf(id, sizeof(id), "swap id %llu", (unsigned long long)ids[1]);
+	if (ret != -EIO || !strstr(uswap_errmsg(), id) || !names_tier(f)) {
+		fprintf(stderr, "[%s] GET answered with %s: load %d \"%s\"\n", check_test, b->name, ret,
+			uswap_errmsg());
+		CHECK_EQ(ret, -EIO);
+		CHECK(strstr(uswap_errmsg(), id));
+		CHECK(names_tier(f));
+	}
+	fake_clear(f);
+	pages_intact(u, pages, ids, 2);
+	check_destroy(u);
+	unguard();
+}
+
+static void load_bad_replies(void)
+{
+	struct fake_redis *f;
+
+	fake_up(&f, false);
+	for (size_t i = 0; i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++)
+		load_bad(f, &bad_replies[i]);
+	for (size_t i = 0; i < sizeof(get_wrong) / sizeof(get_wrong[0]); i++)
+		load_bad(f, &get_wrong[i]);
+	fake_stop(f);
+}
+
+CHECK_MAIN(T(load_bad_replies))
