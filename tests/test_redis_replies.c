@@ -54,6 +54,27 @@ static void unguard(void)
 	alarm(0);
 }
 
+static void pause_ms(long ms)
+{
+	nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000}, NULL);
+}
+
+/*
+ * A store once the server answers well again: after a failed connection the tier skips the server
+ * for a while (a second; stores go to the next tier meanwhile), so it is offered again until taken.
+ */
+static int store_when_back(struct uswap *u, const void *page, uswap_id_t *id)
+{
+	int ret = -EIO;
+
+	for (int i = 0; i < 400 && ret; i++) {
+		ret = uswap_store(u, page, 1, id);
+		if (ret)
+			pause_ms(10);
+	}
+	return ret;
+}
+
 /* ---- bad replies ---- */
 
 struct bad {
@@ -93,6 +114,13 @@ static const struct bad bad_replies[] = {
 };
 
 /* Per command: replies of a type it does not take (in addition to the table above). */
+static const struct bad set_wrong[] = {
+	B("integer", ":1\r\n", FAKE_REPLY),
+	B("bulk OK", "$2\r\nOK\r\n", FAKE_REPLY),
+	B("nil", "$-1\r\n", FAKE_REPLY),
+	B("out of memory", "-OOM command not allowed when used memory > 'maxmemory'.\r\n", FAKE_REPLY),
+};
+
 static const struct bad get_wrong[] = {
 	B("integer", ":1\r\n", FAKE_REPLY),
 	B("status", "+OK\r\n", FAKE_REPLY),
@@ -184,6 +212,52 @@ static void fake_up(struct fake_redis **f, bool cluster)
 		check_skip("cannot listen on a loopback port");
 }
 
+/* Stores whose SET gets a bad reply: refused (the caller keeps the page), the tier works again after. */
+static void store_bad(struct fake_redis *f, const struct bad *b)
+{
+	static unsigned char pages[3 * PAGE_SIZE];
+	uswap_id_t ids[3];
+	struct uswap *u;
+	int ret;
+
+	u = layer_with_pages(f, ":prefix=st", pages, ids);
+	if (!u)
+		return;
+	guard(b->name);
+	script_bad(f, "SET", NULL, 0, b);
+	fill_pages(pages + 2 * PAGE_SIZE, 1, PK_RANDOM, seed_for(3));
+	ret = uswap_store(u, pages + 2 * PAGE_SIZE, 1, &ids[2]);
+	if (ret >= 0 || !names_tier(f)) {
+		fprintf(stderr, "[%s] SET answered with %s: store %d \"%s\"\n", check_test, b->name, ret,
+			uswap_errmsg());
+		CHECK(ret < 0);
+		CHECK(names_tier(f));
+	}
+	fake_clear(f);
+	/* the server answers well again: the tier takes pages, and the earlier ones are there */
+	CHECK_EQ(store_when_back(u, pages + 2 * PAGE_SIZE, &ids[2]), 0);
+	pages_intact(u, pages, ids, 3);
+	check_destroy(u);
+	unguard();
+	if (fake_keys(f, "st")) { /* the refused SET's key, if it was set, was deleted again */
+		fprintf(stderr, "[%s] SET answered with %s: %lu keys left on the server\n", check_test,
+			b->name, fake_keys(f, "st"));
+		CHECK_EQ(fake_keys(f, "st"), 0);
+	}
+}
+
+static void store_bad_replies(void)
+{
+	struct fake_redis *f;
+
+	fake_up(&f, false);
+	for (size_t i = 0; i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++)
+		store_bad(f, &bad_replies[i]);
+	for (size_t i = 0; i < sizeof(set_wrong) / sizeof(set_wrong[0]); i++)
+		store_bad(f, &set_wrong[i]);
+	fake_stop(f);
+}
+
 /* Loads whose GET gets a bad reply: -EIO naming the swap id, never data; intact once it answers well. */
 static void load_bad(struct fake_redis *f, const struct bad *b)
 {
@@ -226,4 +300,4 @@ static void load_bad_replies(void)
 	fake_stop(f);
 }
 
-CHECK_MAIN(T(load_bad_replies))
+CHECK_MAIN(T(store_bad_replies), T(load_bad_replies))
