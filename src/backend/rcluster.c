@@ -36,6 +36,8 @@
 #define RC_MAX_REDIRECTS 16   /* redirect rounds per batch: a resharding moves a slot once */
 #define RC_DOWN_MIN_MS   1000 /* a failed or replica-less node is skipped by stores this long (or timeout) */
 #define RC_SLEEP_MAX_MS  200  /* longest pause between retry rounds of a load */
+/* bytes read for one reply: the largest, CLUSTER SLOTS of a map cut into 16384 ranges, is ~5 MiB */
+#define RC_REPLY_MAX (8u << 20)
 
 /* CRC16 of one byte shifted through polynomial 0x1021, for each byte value: built once. */
 static uint16_t crc16_table[256];
@@ -210,33 +212,65 @@ static int node_flush(struct rc_node *nd, int *done)
 	return REDIS_OK;
 }
 
-/* redisGetReply() of @nd's connection (flush, then read until a reply is whole), over TLS when it is one. */
-static int node_get_reply(struct rc_node *nd, redisReply **out)
+/* One read of @nd's connection into its reader, over TLS when it is one. Return: bytes read; -1, c->err set. */
+static ssize_t node_read(struct rc_node *nd)
 {
 	redisContext *c = nd->c;
 	char buf[16384]; /* one TLS record */
+	size_t before = c->reader->len;
+	ssize_t n;
+
+	if (!nd->tls)
+		return redisBufferRead(c) == REDIS_OK ? (ssize_t)(c->reader->len - before) : -1;
+	n = tls_read(nd->tls, buf, sizeof(buf));
+	if (n <= 0) {
+		tls_fail(c, n);
+		return -1;
+	}
+	if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+		c->err = c->reader->err;
+		snprintf(c->errstr, sizeof(c->errstr), "%s", c->reader->errstr);
+		return -1;
+	}
+	return n;
+}
+
+/*
+ * redisGetReply() of @nd's connection (flush, then read until a reply is whole), over TLS when it is
+ * one, with the bounds hiredis lacks: the socket's timeout bounds each read, but a server that sends a
+ * byte now and then, or streams bytes behind a huge declared length, would hold the caller (and fill
+ * its memory) for ever. So a reply must be whole within the connection's timeout of the first wait
+ * and RC_REPLY_MAX bytes; else the connection fails as on a timeout (REDIS_ERR_IO, errno EAGAIN).
+ */
+static int node_get_reply(struct rc_node *nd, redisReply **out)
+{
+	redisContext *c = nd->c;
+	uint64_t start;
+	size_t got = 0;
 	void *r = NULL;
 	int done = 0;
 	ssize_t n;
 
-	if (!nd->tls)
-		return redisGetReply(c, (void **)out);
 	if (redisGetReplyFromReader(c, &r) != REDIS_OK)
 		return REDIS_ERR;
+	start = r ? 0 : mono_ms();
 	while (!r) {
 		while (!done)
 			if (node_flush(nd, &done) != REDIS_OK)
 				return REDIS_ERR;
-		n = tls_read(nd->tls, buf, sizeof(buf));
-		if (n <= 0)
-			return tls_fail(c, n);
-		if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
-			c->err = c->reader->err;
-			snprintf(c->errstr, sizeof(c->errstr), "%s", c->reader->errstr);
+		n = node_read(nd);
+		if (n < 0)
 			return REDIS_ERR;
-		}
+		got += (size_t)n;
 		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
 			return REDIS_ERR;
+		if (!r && (got > RC_REPLY_MAX || mono_ms() - start >= (uint64_t)nd->io_timeout_ms)) {
+			c->err = REDIS_ERR_IO;
+			errno = EAGAIN;
+			snprintf(c->errstr, sizeof(c->errstr), "no whole reply in %zu bytes and %llu ms", got,
+				 (unsigned long long)(mono_ms() - start));
+			return REDIS_ERR;
+		}
 	}
 	*out = r;
 	return REDIS_OK;
