@@ -102,6 +102,8 @@ struct out {
 
 static void put(struct out *o, const void *p, size_t n)
 {
+	if (!n)
+		return;
 	grow(&o->b, &o->cap, o->len + n);
 	memcpy(o->b + o->len, p, n);
 	o->len += n;
@@ -296,6 +298,9 @@ static void serve(struct fake_redis *f, struct conn *cn, struct cmd *c)
 	for (char *p = c->name; *p; p++)
 		*p = (char)toupper((unsigned char)*p);
 	count_name(f, c->name);
+	if (getenv("FAKE_DEBUG"))
+		fprintf(stderr, "fake: %s %.*s\n", c->name, c->argc > 1 ? (int)c->lens[1] : 0,
+			c->argc > 1 ? c->argv[1] : "");
 	s = script_for(f, c);
 	if (s && s->seen++ >= s->skip && (!s->count || s->seen <= s->skip + s->count)) {
 		put(&o, s->reply, s->len);

@@ -5,7 +5,8 @@
  * cluster node that serves every slot), so a layer opens and works against it; scripts then make
  * chosen commands get replies a real server never sends: wrong types, truncated replies, garbage,
  * huge declared lengths, silence, a closed connection, redirects to nowhere. Only for what a real
- * redis-server cannot be made to do: the rest of the tests use tests/rserver.c.
+ * redis-server cannot be made to do: the rest of the tests use tests/rserver.c. FAKE_DEBUG=1 in the
+ * environment prints each command it receives on stderr.
  */
 #ifndef USWAP_TEST_FAKEREDIS_H
 #define USWAP_TEST_FAKEREDIS_H
