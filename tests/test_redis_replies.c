@@ -315,4 +315,66 @@ static void load_bad_replies(void)
 	fake_stop(f);
 }
 
-CHECK_MAIN(T(store_bad_replies), T(load_bad_replies))
+/* A mutator that appends @append to the true reply of the next @left commands named @cmd. */
+struct extra {
+	const char *cmd, *append;
+	int left;
+};
+
+static long append_reply(void *arg, const char *cmd, unsigned char *reply, size_t len, size_t cap,
+			 enum fake_action *action)
+{
+	struct extra *e = arg;
+	size_t n = strlen(e->append);
+
+	(void)action;
+	if (strcmp(cmd, e->cmd) || e->left <= 0 || len + n > cap)
+		return -1;
+	e->left--;
+	memcpy(reply + len, e->append, n);
+	return (long)(len + n);
+}
+
+/*
+ * A reply more than was asked for (a server out of step with its client, a broken proxy): the
+ * connection can no longer be trusted to pair replies with commands. Case 1: an integer after a
+ * SET's +OK, which the next GET would take for its own. Case 2: a second +OK, which the next SET
+ * would take for its acknowledgement while its own reply, a refusal, waits behind it: a page
+ * reported stored that the server does not have. Either way, each page the tier reported stored
+ * loads intact, and a page it refused is still the caller's.
+ */
+static void extra_replies(void)
+{
+	static const char *const appended[] = {":1\r\n", "+OK\r\n", "$-1\r\n", "-ERR stray\r\n"};
+	static unsigned char pages[4 * PAGE_SIZE];
+	struct fake_redis *f;
+
+	fake_up(&f, false);
+	for (size_t k = 0; k < sizeof(appended) / sizeof(appended[0]); k++) {
+		struct extra e = {"SET", appended[k], 1};
+		uswap_id_t ids[4];
+		bool stored[4] = {true, true, false, false};
+		struct uswap *u = layer_with_pages(f, ":prefix=ex", pages, ids);
+
+		if (!u)
+			continue;
+		guard("a reply more than asked for");
+		fake_mutate(f, append_reply, &e);
+		fill_pages(pages + 2 * PAGE_SIZE, 2, PK_RANDOM, seed_for(40 + k));
+		/* the SET answered twice */
+		stored[2] = !uswap_store(u, pages + 2 * PAGE_SIZE, 1, &ids[2]);
+		fake_clear(f);
+		/* the next SET refused by the server (not carried out); it may arrive after the store returned */
+		fake_script(f, "SET", NULL, 0, 1, "-OOM command not allowed\r\n", 26, FAKE_REPLY);
+		stored[3] = !uswap_store(u, pages + 3 * PAGE_SIZE, 1, &ids[3]);
+		for (int i = 0; i < 4; i++)
+			if (stored[i])
+				pages_intact(u, pages + i * PAGE_SIZE, &ids[i], 1);
+		check_destroy(u);
+		fake_clear(f); /* a refusal the SET never reached (the tier may send none) */
+		unguard();
+	}
+	fake_stop(f);
+}
+
+CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies))

@@ -576,8 +576,12 @@ static bool conn_was_stale(const struct rc_node *nd)
 	return nd->c && (nd->c->err == REDIS_ERR_EOF || (nd->c->err == REDIS_ERR_IO && errno != EAGAIN));
 }
 
-/* Classify one reply to @cmd, sent to node @from. */
-static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_node *from, redisReply *r,
+/*
+ * Classify one reply to @cmd, sent to node @from. Return: false if no server in step with its client
+ * sends it: a type the command never gets (an error is always one it may get); the command stays
+ * pending, and the caller fails the connection (see node_out_of_step()).
+ */
+static bool take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_node *from, redisReply *r,
 		       struct round_info *ri)
 {
 	unsigned slot;
@@ -589,7 +593,7 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 			idx = redirect_target(rc, from, r->str, &slot);
 			if (idx < 0) {
 				cmd->result = -EIO;
-				return;
+				return true;
 			}
 			ri->redirected = true;
 			if (r->str[0] == 'M') {
@@ -601,7 +605,7 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 				cmd->asking = true;
 				rc->n.ask++;
 			}
-			return;
+			return true;
 		}
 		if (!strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11) ||
 		    !strncmp(r->str, "LOADING", 7) || !strncmp(r->str, "MASTERDOWN", 10) ||
@@ -609,31 +613,57 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 			ri->failed = true; /* a failover or resharding in progress: later */
 			if (rc->cluster)
 				rc->stale = true;
-			return;
+			return true;
 		}
 		cmd->result = -EIO;
-		return;
+		return true;
 	}
 	switch (cmd->op) {
 	case RC_GET:
 		if (r->type == REDIS_REPLY_NIL)
 			cmd->result = -ENOENT;
-		else if (r->type == REDIS_REPLY_STRING && (size_t)r->len == cmd->len) {
+		else if (r->type != REDIS_REPLY_STRING)
+			return false;
+		else if ((size_t)r->len == cmd->len) {
 			memcpy(cmd->buf, r->str, cmd->len);
 			cmd->result = 0;
 		} else
-			cmd->result = -EIO;
-		break;
+			cmd->result = -EIO; /* another value under our key: the seal would refuse it too */
+		return true;
 	case RC_SET:
-		cmd->result = r->type == REDIS_REPLY_STATUS ? 0 : -EIO;
-		break;
+		if (r->type != REDIS_REPLY_STATUS || r->len != 2 || memcmp(r->str, "OK", 2))
+			return false;
+		cmd->result = 0;
+		return true;
 	case RC_PEXPIRE:
-		cmd->result = r->type != REDIS_REPLY_INTEGER ? -EIO : r->integer ? 0 : -ENOENT;
-		break;
+		if (r->type != REDIS_REPLY_INTEGER)
+			return false;
+		cmd->result = r->integer ? 0 : -ENOENT;
+		return true;
 	default:
-		cmd->result = r->type == REDIS_REPLY_INTEGER ? 0 : -EIO;
-		break;
+		if (r->type != REDIS_REPLY_INTEGER)
+			return false;
+		cmd->result = 0;
+		return true;
 	}
+}
+
+/*
+ * Node @i answered what was not asked (a reply of the wrong type, or more replies than commands): its
+ * replies may be paired with the wrong commands, and a SET may have taken another's +OK for its own
+ * while its own reply was a refusal. The connection is failed, and this round's SETs on it count
+ * as unanswered (the tier deletes their keys again); GETs need no such care (their pages are sealed
+ * to their keys).
+ */
+static void node_out_of_step(struct rcluster *rc, unsigned i, struct rc_cmd *cmds, size_t n,
+			     struct round_info *ri)
+{
+	ri->failed = true;
+	rc->n.out_of_step++;
+	node_fail(rc, &rc->nodes[i]);
+	for (size_t j = 0; j < n; j++)
+		if (cmds[j].node == i && cmds[j].op == RC_SET && !cmds[j].result)
+			cmds[j].result = RC_PENDING;
 }
 
 /* Read one reply from @nd; on failure the node is failed and NULL returned. */
@@ -762,12 +792,19 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			r = node_reply(rc, nd, ri);
 			if (!r)
 				continue;
-			freeReplyObject(r); /* +OK to ASKING */
+			bool ok = r->type == REDIS_REPLY_STATUS; /* +OK to ASKING */
+
+			freeReplyObject(r);
+			if (!ok) {
+				node_out_of_step(rc, cmd->node, cmds, n, ri);
+				continue;
+			}
 		}
 		r = node_reply(rc, nd, ri);
 		if (!r)
 			continue;
-		take_reply(rc, cmd, nd, r, ri);
+		if (!take_reply(rc, cmd, nd, r, ri))
+			node_out_of_step(rc, cmd->node, cmds, n, ri);
 		freeReplyObject(r);
 	}
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
@@ -778,6 +815,11 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 		if (!nd->wait_sent)
 			continue;
 		r = node_reply(rc, nd, ri);
+		if (r && r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_ERROR) {
+			freeReplyObject(r);
+			node_out_of_step(rc, i, cmds, n, ri);
+			continue;
+		}
 		/* no answer: unknown whether replicas have them, send them again; too few: refuse them */
 		res = !r ? RC_PENDING : r->type == REDIS_REPLY_INTEGER && r->integer >= replicas ? 0 : -EIO;
 		if (r)
@@ -788,6 +830,13 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			for (size_t j = 0; j < n; j++)
 				if (cmds[j].op == RC_SET && cmds[j].node == i && !cmds[j].result)
 					cmds[j].result = res;
+	}
+	/* every reply asked for is read: bytes left over are replies nobody asked for */
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		struct rc_node *nd = &rc->nodes[i];
+
+		if (nd->nr_sent && !nd->broken && nd->c && nd->c->reader->pos < nd->c->reader->len)
+			node_out_of_step(rc, i, cmds, n, ri);
 	}
 }
 

@@ -55,6 +55,7 @@ struct rc_cmd {
 
 struct rc_counters {
 	uint64_t moved, ask, reconnects, refreshes, retry_rounds, conn_errors;
+	uint64_t out_of_step; /* connections failed for a reply nobody asked for (node_out_of_step()) */
 };
 
 struct rcluster {
