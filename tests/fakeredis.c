@@ -54,6 +54,7 @@ struct kv {
 	size_t klen;
 	unsigned char *val;
 	size_t vlen;
+	uint64_t expire_ms; /* 0: none */
 };
 
 struct fake_redis {
@@ -131,12 +132,35 @@ static void put_bulk(struct out *o, const void *p, size_t n)
 
 /* ---- the key space ---- */
 
+static bool kv_del(struct fake_redis *f, const char *key, size_t klen);
+
+/* The live key @key (one whose time is up is deleted, as Redis does on access), or NULL. */
 static struct kv *kv_find(struct fake_redis *f, const char *key, size_t klen)
 {
-	for (size_t i = 0; i < f->nr_kvs; i++)
-		if (f->kvs[i].klen == klen && !memcmp(f->kvs[i].key, key, klen))
-			return &f->kvs[i];
+	for (size_t i = 0; i < f->nr_kvs; i++) {
+		struct kv *e = &f->kvs[i];
+
+		if (e->klen != klen || memcmp(e->key, key, klen))
+			continue;
+		if (e->expire_ms && e->expire_ms <= now_ms()) {
+			kv_del(f, key, klen);
+			return NULL;
+		}
+		return e;
+	}
 	return NULL;
+}
+
+/* Keys whose time is up go (what Redis's active expiry does). */
+static void kv_expire(struct fake_redis *f)
+{
+	uint64_t now = now_ms();
+
+	for (size_t i = 0; i < f->nr_kvs;)
+		if (f->kvs[i].expire_ms && f->kvs[i].expire_ms <= now)
+			kv_del(f, f->kvs[i].key, f->kvs[i].klen);
+		else
+			i++;
 }
 
 static void kv_set(struct fake_redis *f, const char *key, size_t klen, const void *val, size_t vlen)
@@ -165,18 +189,22 @@ static void kv_set(struct fake_redis *f, const char *key, size_t klen, const voi
 		abort();
 	memcpy(e->val, val, vlen);
 	e->vlen = vlen;
+	e->expire_ms = 0;
 }
 
 static bool kv_del(struct fake_redis *f, const char *key, size_t klen)
 {
-	struct kv *e = kv_find(f, key, klen);
+	for (size_t i = 0; i < f->nr_kvs; i++) {
+		struct kv *e = &f->kvs[i];
 
-	if (!e)
-		return false;
-	free(e->key);
-	free(e->val);
-	*e = f->kvs[--f->nr_kvs];
-	return true;
+		if (e->klen != klen || memcmp(e->key, key, klen))
+			continue;
+		free(e->key);
+		free(e->val);
+		*e = f->kvs[--f->nr_kvs];
+		return true;
+	}
+	return false;
 }
 
 /* ---- commands ---- */
@@ -191,6 +219,14 @@ struct cmd {
 static bool arg_is(const struct cmd *c, int i, const char *s)
 {
 	return i < c->argc && c->lens[i] == strlen(s) && !strncasecmp(c->argv[i], s, c->lens[i]);
+}
+
+static uint64_t arg_num(const struct cmd *c, int i)
+{
+	char tmp[24];
+
+	snprintf(tmp, sizeof(tmp), "%.*s", (int)(c->lens[i] < 23 ? c->lens[i] : 23), c->argv[i]);
+	return strtoull(tmp, NULL, 10);
 }
 
 static void count_name(struct fake_redis *f, const char *name)
@@ -234,6 +270,8 @@ static void execute(struct fake_redis *f, const struct cmd *c, struct out *o)
 		     f->port, f->port);
 	} else if (!strcmp(n, "SET") && c->argc >= 3) {
 		kv_set(f, c->argv[1], c->lens[1], c->argv[2], c->lens[2]);
+		if (arg_is(c, 3, "PX") && c->argc == 5)
+			kv_find(f, c->argv[1], c->lens[1])->expire_ms = now_ms() + arg_num(c, 4);
 		putf(o, "+OK\r\n");
 	} else if (!strcmp(n, "GET") && c->argc == 2) {
 		struct kv *e = kv_find(f, c->argv[1], c->lens[1]);
@@ -250,7 +288,11 @@ static void execute(struct fake_redis *f, const struct cmd *c, struct out *o)
 					 : kv_find(f, c->argv[i], c->lens[i]) != NULL;
 		putf(o, ":%lld\r\n", k);
 	} else if (!strcmp(n, "PEXPIRE") && c->argc == 3) {
-		putf(o, ":%d\r\n", kv_find(f, c->argv[1], c->lens[1]) != NULL);
+		struct kv *e = kv_find(f, c->argv[1], c->lens[1]);
+
+		if (e)
+			e->expire_ms = now_ms() + arg_num(c, 2);
+		putf(o, ":%d\r\n", e != NULL);
 	} else if (!strcmp(n, "WAIT")) {
 		putf(o, ":0\r\n"); /* no replicas */
 	} else if (!strcmp(n, "SCAN") && arg_is(c, 2, "MATCH") && c->argc >= 4) {
@@ -258,6 +300,7 @@ static void execute(struct fake_redis *f, const struct cmd *c, struct out *o)
 		size_t k = 0;
 
 		snprintf(pat, sizeof(pat), "%.*s", (int)c->lens[3], c->argv[3]);
+		kv_expire(f);
 		for (size_t i = 0; i < f->nr_kvs; i++)
 			k += !fnmatch(pat, f->kvs[i].key, 0);
 		putf(o, "*2\r\n$1\r\n0\r\n*%zu\r\n", k);
@@ -648,6 +691,7 @@ unsigned long fake_keys(struct fake_redis *f, const char *has)
 	unsigned long n = 0;
 
 	pthread_mutex_lock(&f->lock);
+	kv_expire(f);
 	for (size_t i = 0; i < f->nr_kvs; i++)
 		n += !has || strstr(f->kvs[i].key, has);
 	pthread_mutex_unlock(&f->lock);

@@ -1,7 +1,7 @@
 /*
  * fakeredis.h - a fake Redis server for the remote tier's bad-input tests (test_redis_replies): a
  * thread of the test listening on a loopback port, speaking RESP. By default it answers the commands
- * the tier sends as a Redis server would (a key space of its own; as a single server, or as a
+ * the tier sends as a Redis server would (a key space of its own, with TTLs; as a single server, or as a
  * cluster node that serves every slot), so a layer opens and works against it; scripts then make
  * chosen commands get replies a real server never sends: wrong types, truncated replies, garbage,
  * huge declared lengths, silence, a closed connection, redirects to nowhere. Only for what a real

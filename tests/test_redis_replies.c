@@ -377,4 +377,94 @@ static void extra_replies(void)
 	fake_stop(f);
 }
 
-CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies))
+/* What a layer that opened despite a reply it did not like must do: store and load a page intact. */
+static void layer_works(struct uswap *u, const char *what)
+{
+	static unsigned char page[PAGE_SIZE], back[PAGE_SIZE];
+	uswap_id_t id;
+	int ret;
+
+	fill_pages(page, 1, PK_RANDOM, seed_for(11));
+	ret = store_when_back(u, page, &id);
+	if (ret) {
+		fprintf(stderr, "[%s] opened after %s, then: store %d \"%s\"\n", check_test, what, ret,
+			uswap_errmsg());
+		CHECK_EQ(ret, 0);
+		return;
+	}
+	pages_intact(u, page, &id, 1);
+	(void)back;
+}
+
+/* The commands a tier sends as it opens; each is answered badly in turn. */
+static const struct {
+	const char *cmd, *key_has, *opts;
+} open_cmds[] = {
+	{"AUTH", NULL, ":password-env=USWAP_FAKE_PASSWORD"},
+	{"AUTH", NULL, ":user=u:password-env=USWAP_FAKE_PASSWORD"},
+	{"SELECT", NULL, ":db=3"},
+	{"CLUSTER INFO", NULL, ""},
+	{"CONFIG GET", NULL, ""},
+	{"SET", "alive", ""}, /* the alive key, written before the first page */
+};
+
+static const struct bad open_wrong[] = {
+	B("integer", ":1\r\n", FAKE_REPLY),
+	B("status", "+OK\r\n", FAKE_REPLY),
+	B("bulk", "$10\r\nnoeviction\r\n", FAKE_REPLY),
+	B("nil", "$-1\r\n", FAKE_REPLY),
+	B("two replies", "+OK\r\n+OK\r\n", FAKE_REPLY),
+	B("policy not a string", "*2\r\n$16\r\nmaxmemory-policy\r\n:1\r\n", FAKE_REPLY),
+	B("policy with a NUL", "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nnoeviction\0\r\n", FAKE_REPLY),
+	B("policy evicting", "*2\r\n$16\r\nmaxmemory-policy\r\n$11\r\nallkeys-lru\r\n", FAKE_REPLY),
+	B("policy array of 3", "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", FAKE_REPLY),
+	B("cluster info", "$16\r\ncluster_state:ok\r\n", FAKE_REPLY),
+};
+
+/*
+ * A tier opens against a server that answers one of its opening commands badly: it is refused with
+ * a message naming the server, or (a reply it may fairly take, like an integer for CLUSTER INFO:
+ * not a cluster node) it opens and works. Nothing hangs, nothing leaks.
+ */
+static void open_bad(struct fake_redis *f, unsigned c, const struct bad *b)
+{
+	struct uswap *u = NULL;
+	char what[128];
+	int ret;
+
+	snprintf(what, sizeof(what), "%s answered with %s", open_cmds[c].cmd, b->name);
+	guard(what);
+	script_bad(f, open_cmds[c].cmd, open_cmds[c].key_has, 0, b);
+	ret = uswap_create(&u, spec_of(f, "redis", open_cmds[c].opts));
+	fake_clear(f);
+	if (ret) {
+		if (ret > 0 || !names_tier(f)) {
+			fprintf(stderr, "[%s] %s: create %d \"%s\"\n", check_test, what, ret, uswap_errmsg());
+			CHECK(ret < 0);
+			CHECK(names_tier(f));
+		}
+		CHECK(u == NULL);
+	} else {
+		layer_works(u, what);
+		check_destroy(u);
+	}
+	unguard();
+}
+
+static void open_bad_replies(void)
+{
+	struct fake_redis *f;
+
+	setenv("USWAP_FAKE_PASSWORD", "secret", 1);
+	fake_up(&f, false);
+	for (unsigned c = 0; c < sizeof(open_cmds) / sizeof(open_cmds[0]); c++) {
+		for (size_t i = 0; i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++)
+			open_bad(f, c, &bad_replies[i]);
+		for (size_t i = 0; i < sizeof(open_wrong) / sizeof(open_wrong[0]); i++)
+			open_bad(f, c, &open_wrong[i]);
+	}
+	CHECK_EQ(fake_keys(f, NULL), 0); /* what opened and closed took its alive key with it */
+	fake_stop(f);
+}
+
+CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies))

@@ -262,8 +262,12 @@ int lease_open(struct lease *l, const struct rcluster *rc, pthread_mutex_t *stor
 	alive_value(l);
 	alive_cmd(l, &l->cmds[0]);
 	rcluster_exec(&l->rc, l->cmds, 1, 0, 0);
-	if (l->cmds[0].result)
-		return err_set(-EIO, "redis: cannot write the alive key %s", l->alive_key);
+	if (l->cmds[0].result) {
+		const struct rc_node *nd = &l->rc.nodes[l->cmds[0].node == RC_NO_NODE ? 0 : l->cmds[0].node];
+
+		return err_set(-EIO, "redis: cannot write the alive key %s to %s:%d", l->alive_key, nd->host,
+			       nd->port);
+	}
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
