@@ -181,6 +181,12 @@ static size_t sweep(struct lease *l)
 	uint64_t t0 = mono_ns(), hi0 = atomic_load(l->next_handle), keys = 0;
 	size_t n = 1, failed = 0;
 
+	/*
+	 * A node the last sweep failed on is tried again now: a failed sweep is retried after a quarter
+	 * of a period, and a node skipped for the stores' while (1 s or the timeout) would outlast a short
+	 * lease (lease=1s: its keys expired after one bad reply). Within a sweep, a failed node is skipped.
+	 */
+	rcluster_retry_now(&l->rc);
 	alive_cmd(l, &l->cmds[0]);
 	for (int pass = 0; pass < 2; pass++) {
 		/* the second pass starts again at the word where the first ended: it may have more bits now */

@@ -880,8 +880,7 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 		if (ri.stale_conn && !ri.conn_failed && !stale_retried) {
 			stale_retried = true;
 			rc->n.retry_rounds++;
-			for (unsigned i = 0; i < rc->nr_nodes; i++)
-				rc->nodes[i].retry_at_ms = 0; /* it was only an old connection */
+			rcluster_retry_now(rc); /* it was only an old connection */
 			continue;
 		}
 		break;
@@ -893,6 +892,12 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 			ret = -EIO;
 	}
 	return ret;
+}
+
+void rcluster_retry_now(struct rcluster *rc)
+{
+	for (unsigned i = 0; i < rc->nr_nodes; i++)
+		rc->nodes[i].retry_at_ms = 0;
 }
 
 void rcluster_clone(struct rcluster *dst, const struct rcluster *src)

@@ -103,6 +103,11 @@ void rcluster_close(struct rcluster *rc);
  */
 int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms);
 /*
+ * rcluster_retry_now() - forget that nodes failed: the next rcluster_exec() tries each again instead of
+ * skipping it for a while (the lease thread, whose renewals have a schedule of their own).
+ */
+void rcluster_retry_now(struct rcluster *rc);
+/*
  * rcluster_clone() - @dst talks to the same servers as the opened @src (its options, nodes and slot
  * map) over connections of its own, made when first used; for a second thread. Allocates nothing.
  */
