@@ -17,6 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <hiredis.h>
+
 #include "uswap.h"
 
 #include "check.h"
@@ -538,5 +540,100 @@ static void lease_bad_replies(void)
 	fake_stop(f);
 }
 
+/* Keys of an instance without an alive key (dead, for `uswap gc`), written as a client would. */
+static void plant_dead(struct fake_redis *f)
+{
+	redisContext *c = redisConnect("127.0.0.1", fake_port(f));
+
+	CHECK(c && !c->err);
+	for (int i = 0; c && !c->err && i < 2; i++) {
+		redisReply *r = redisCommand(c, "SET gc2-%d x", i);
+
+		CHECK(r && r->type == REDIS_REPLY_STATUS);
+		if (r)
+			freeReplyObject(r);
+	}
+	if (c)
+		redisFree(c);
+}
+
+static const struct bad gc_wrong[] = {
+	B("integer", ":1\r\n", FAKE_REPLY),
+	B("SCAN without keys", "*1\r\n$1\r\n0\r\n", FAKE_REPLY),
+	B("SCAN cursor an integer", "*2\r\n:0\r\n*0\r\n", FAKE_REPLY),
+	B("SCAN keys not strings", "*2\r\n$1\r\n0\r\n*2\r\n:1\r\n*0\r\n", FAKE_REPLY),
+	B("SCAN keys of 300 bytes", NULL, FAKE_REPLY),
+	B("status", "+OK\r\n", FAKE_REPLY),
+};
+
+/*
+ * `uswap gc` (uswap_gc()) against a server that answers SCAN, the alive keys' GET or DEL badly: it fails with a message naming the server, or removes what is dead; a live
+ * instance's pages are never removed.
+ */
+static void gc_bad(struct fake_redis *f, const char *cmd, const char *key_has, const struct bad *b,
+		   struct uswap *live, const unsigned char *pages, const uswap_id_t *ids)
+{
+	static char scan_big[1024];
+	char what[128];
+	int64_t ret;
+
+	snprintf(what, sizeof(what), "%s answered with %s", cmd, b->name);
+	guard(what);
+	plant_dead(f);
+	if (!strcmp(b->name, "SCAN keys of 300 bytes")) {
+		char key[301];
+
+		memset(key, 'k', 300);
+		key[300] = '\0';
+		snprintf(scan_big, sizeof(scan_big), "*2\r\n$1\r\n0\r\n*1\r\n$300\r\n%s\r\n", key);
+		fake_script(f, cmd, key_has, 0, 0, scan_big, strlen(scan_big), FAKE_REPLY);
+	} else {
+		script_bad(f, cmd, key_has, 0, b);
+	}
+	ret = uswap_gc(spec_of(f, "redis", ""), "gc*", 0, NULL, NULL);
+	fake_clear(f);
+	if (ret < 0 && !names_tier(f)) {
+		fprintf(stderr, "[%s] %s: gc %lld \"%s\"\n", check_test, what, (long long)ret,
+			uswap_errmsg());
+		CHECK(names_tier(f));
+	}
+	CHECK(ret <= 2); /* the dead instance's two keys at most */
+	pages_intact(live, pages, ids, 2);
+	unguard();
+}
+
+static void gc_bad_replies(void)
+{
+	static unsigned char pages[2 * PAGE_SIZE];
+	struct fake_redis *f;
+	uswap_id_t ids[2];
+	struct uswap *u;
+
+	fake_up(&f, false);
+	u = layer_with_pages(f, ":prefix=gc1-", pages, ids);
+	if (!u) {
+		fake_stop(f);
+		return;
+	}
+	/* with good replies: the dead instance's keys go, the live one's stay */
+	plant_dead(f);
+	CHECK_EQ(uswap_gc(spec_of(f, "redis", ""), "gc*", 0, NULL, NULL), 2);
+	CHECK_EQ(fake_keys(f, "gc2-"), 0);
+	CHECK_EQ(fake_keys(f, "gc1-"), 3);
+	for (size_t i = 0; i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++) {
+		gc_bad(f, "SCAN", NULL, &bad_replies[i], u, pages, ids);
+		if (strcmp(bad_replies[i].name, "nil array") && strcmp(bad_replies[i].name, "error"))
+			gc_bad(f, "GET", "alive", &bad_replies[i], u, pages, ids);
+		gc_bad(f, "DEL", NULL, &bad_replies[i], u, pages, ids);
+	}
+	for (size_t i = 0; i < sizeof(gc_wrong) / sizeof(gc_wrong[0]); i++) {
+		gc_bad(f, "SCAN", NULL, &gc_wrong[i], u, pages, ids);
+		gc_bad(f, "GET", "alive", &gc_wrong[i], u, pages, ids);
+		gc_bad(f, "DEL", NULL, &gc_wrong[i], u, pages, ids);
+	}
+	check_destroy(u);
+	fake_stop(f);
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
-	   T(lease_bad_replies))
+	   T(lease_bad_replies), T(gc_bad_replies))

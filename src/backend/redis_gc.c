@@ -60,6 +60,12 @@ struct gc {
 	int err;
 };
 
+/* The node @c went to (the first seed if it went nowhere), for messages. */
+static const struct rc_node *cmd_node(const struct gc *g, const struct rc_cmd *c)
+{
+	return &g->rc.nodes[c->node == RC_NO_NODE ? 0 : c->node];
+}
+
 static void gc_collect(const char *key, size_t len, void *arg)
 {
 	struct gc *g = arg;
@@ -147,7 +153,8 @@ static long inst_get(struct gc *g, const char *p)
 
 		in->has_alive = true;
 		if (cmd.result == -EHOSTUNREACH)
-			return err_set(-EIO, "gc: cannot read %s", name);
+			return err_set(-EIO, "gc: cannot read %s from %s:%d", name, cmd_node(g, &cmd)->host,
+				       cmd_node(g, &cmd)->port);
 		if (cmd.result || lease_alive_parse(val, sizeof(val), &a)) {
 			in->alive = true; /* not ours to judge */
 			snprintf(in->why, sizeof(in->why), "%s is not a uswap alive key", name);
@@ -198,7 +205,9 @@ static int gc_delete(struct gc *g, int64_t *removed)
 			rcluster_exec(&g->rc, cmds, n, 0, 0);
 			for (size_t j = 0; j < n; j++) {
 				if (cmds[j].result)
-					ret = err_set(-EIO, "gc: DEL %s failed", cmds[j].name);
+					ret = err_set(-EIO, "gc: DEL %s on %s:%d failed", cmds[j].name,
+						      cmd_node(g, &cmds[j])->host,
+						      cmd_node(g, &cmds[j])->port);
 				else
 					(*removed)++;
 			}
