@@ -564,6 +564,7 @@ static const struct bad gc_wrong[] = {
 	B("SCAN keys not strings", "*2\r\n$1\r\n0\r\n*2\r\n:1\r\n*0\r\n", FAKE_REPLY),
 	B("SCAN keys of 300 bytes", NULL, FAKE_REPLY),
 	B("status", "+OK\r\n", FAKE_REPLY),
+	B("SCAN cursor never 0", "*2\r\n$1\r\n7\r\n*0\r\n", FAKE_REPLY),
 };
 
 /*

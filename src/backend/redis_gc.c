@@ -24,6 +24,8 @@
 #include "util/err.h"
 
 #define GC_DEL_BATCH 512
+/* SCAN steps of COUNT 1000 on one node: 4G buckets, more than any server holds keys */
+#define GC_SCAN_STEPS_MAX (1ul << 22)
 
 /* *@arr of *@cap elements of @size bytes, twice as long (at least @min). Return: 0 or -ENOMEM. */
 static int grow(void **arr, size_t *cap, size_t size, size_t min)
@@ -240,12 +242,22 @@ int64_t uswap_gc(const char *tier, const char *match, int dry_run,
 	g->pidns = lease_pidns();
 	nm = rcluster_masters(&g->rc, masters);
 	for (unsigned m = 0; m < nm && !ret; m++) {
-		unsigned long long cursor = 0;
+		const struct rc_node *nd = &g->rc.nodes[masters[m]];
+		unsigned long long cursor = 0, sent;
+		unsigned long steps = 0;
 
-		do
+		do {
+			sent = cursor;
 			ret = rcluster_scan(&g->rc, masters[m], &cursor, match ? match : "uswap:*",
 					    gc_collect, g);
-		while (!ret && !g->err && cursor);
+			/* a cursor moves on at every step, and a SCAN ends: a server that says otherwise
+			 * would keep us here for ever */
+			if (!ret && cursor && (cursor == sent || ++steps > GC_SCAN_STEPS_MAX))
+				ret = err_set(
+					-EIO,
+					"gc: the SCAN of %s:%d does not end (cursor %llu after %lu steps)",
+					nd->host, nd->port, cursor, steps);
+		} while (!ret && !g->err && cursor);
 	}
 	if (!ret && g->err)
 		ret = g->err;
