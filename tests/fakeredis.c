@@ -69,7 +69,7 @@ struct fake_redis {
 	struct kv *kvs;
 	size_t nr_kvs, cap_kvs;
 	char names[MAX_NAMES][32];
-	unsigned long name_counts[MAX_NAMES], all_count, accepted;
+	unsigned long name_counts[MAX_NAMES], all_count, accepted, closed;
 };
 
 static uint64_t now_ms(void)
@@ -342,7 +342,7 @@ static void serve(struct fake_redis *f, struct conn *cn, struct cmd *c)
 		*p = (char)toupper((unsigned char)*p);
 	count_name(f, c->name);
 	if (getenv("FAKE_DEBUG"))
-		fprintf(stderr, "fake: %s %.*s\n", c->name, c->argc > 1 ? (int)c->lens[1] : 0,
+		fprintf(stderr, "fake: %d %s %.*s\n", cn->fd, c->name, c->argc > 1 ? (int)c->lens[1] : 0,
 			c->argc > 1 ? c->argv[1] : "");
 	s = script_for(f, c);
 	if (s && s->seen++ >= s->skip && (!s->count || s->seen <= s->skip + s->count)) {
@@ -542,8 +542,12 @@ static void *fake_thread(void *arg)
 				ok = conn_send(cn, now);
 			if (ok && cn->state == FAKE_CLOSE && cn->out_len == cn->out_off)
 				ok = false;
-			if (!ok)
+			if (!ok) {
+				if (getenv("FAKE_DEBUG"))
+					fprintf(stderr, "fake: close %d\n", cn->fd);
 				conn_close(cn);
+				f->closed++;
+			}
 		}
 		pthread_mutex_unlock(&f->lock);
 	}
@@ -676,12 +680,14 @@ unsigned long fake_count(struct fake_redis *f, const char *cmd)
 	return n;
 }
 
-unsigned long fake_connections(struct fake_redis *f)
+unsigned long fake_connections(struct fake_redis *f, unsigned long *closed)
 {
 	unsigned long n;
 
 	pthread_mutex_lock(&f->lock);
 	n = f->accepted;
+	if (closed)
+		*closed = f->closed;
 	pthread_mutex_unlock(&f->lock);
 	return n;
 }

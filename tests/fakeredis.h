@@ -55,9 +55,13 @@ typedef long (*fake_mutate_fn)(void *arg, const char *cmd, unsigned char *reply,
 			       enum fake_action *action);
 void fake_mutate(struct fake_redis *f, fake_mutate_fn fn, void *arg);
 
-/* How many commands named @cmd ("*": all) it has received; connections it has accepted. */
+/*
+ * How many commands named @cmd ("*": all) it has received; connections it has accepted, and in
+ * *@closed (if not NULL) how many it has closed: a connection the client closed is closed once every
+ * command sent on it has been carried out.
+ */
 unsigned long fake_count(struct fake_redis *f, const char *cmd);
-unsigned long fake_connections(struct fake_redis *f);
+unsigned long fake_connections(struct fake_redis *f, unsigned long *closed);
 /* Keys it holds now whose name contains @has (NULL: all). */
 unsigned long fake_keys(struct fake_redis *f, const char *has);
 

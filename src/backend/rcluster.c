@@ -276,7 +276,16 @@ static int node_get_reply(struct rc_node *nd, redisReply **out)
 	return REDIS_OK;
 }
 
-/* redisCommand() on @nd: one command, waiting for its reply. Return: the reply or NULL. */
+/* Bytes @nd's reader holds past the replies taken: replies nobody asked for (see node_out_of_step()). */
+static bool node_has_extra(const struct rc_node *nd)
+{
+	return nd->c && nd->c->reader->pos < nd->c->reader->len;
+}
+
+/*
+ * redisCommand() on @nd: one command, waiting for its reply. Return: the reply, or NULL (c->err set;
+ * also when more came than the one reply: the next command would take the rest for its own).
+ */
 static redisReply *node_vcommand(struct rc_node *nd, const char *fmt, ...)
 {
 	redisReply *r = NULL;
@@ -288,6 +297,12 @@ static redisReply *node_vcommand(struct rc_node *nd, const char *fmt, ...)
 	va_end(ap);
 	if (ret != REDIS_OK || node_get_reply(nd, &r) != REDIS_OK)
 		return NULL;
+	if (node_has_extra(nd)) {
+		freeReplyObject(r);
+		nd->c->err = REDIS_ERR_PROTOCOL;
+		snprintf(nd->c->errstr, sizeof(nd->c->errstr), "more than one reply to one command");
+		return NULL;
+	}
 	return r;
 }
 
@@ -650,10 +665,10 @@ static bool take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 
 /*
  * Node @i answered what was not asked (a reply of the wrong type, or more replies than commands): its
- * replies may be paired with the wrong commands, and a SET may have taken another's +OK for its own
- * while its own reply was a refusal. The connection is failed, and this round's SETs on it count
- * as unanswered (the tier deletes their keys again); GETs need no such care (their pages are sealed
- * to their keys).
+ * replies may be paired with the wrong commands: a SET may have taken another's +OK for its own while
+ * its own reply was a refusal, a GET a stray nil for "no such key" (which uswap_gc() takes for a dead
+ * instance). The connection is failed, and every reply it gave to this batch counts as none: the
+ * commands are pending again (a load tries them again, a store refuses its pages and deletes them).
  */
 static void node_out_of_step(struct rcluster *rc, unsigned i, struct rc_cmd *cmds, size_t n,
 			     struct round_info *ri)
@@ -662,7 +677,7 @@ static void node_out_of_step(struct rcluster *rc, unsigned i, struct rc_cmd *cmd
 	rc->n.out_of_step++;
 	node_fail(rc, &rc->nodes[i]);
 	for (size_t j = 0; j < n; j++)
-		if (cmds[j].node == i && cmds[j].op == RC_SET && !cmds[j].result)
+		if (cmds[j].node == i)
 			cmds[j].result = RC_PENDING;
 }
 
@@ -701,8 +716,8 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 	size_t len;
 
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
-		rc->nodes[i].nr_sent = rc->nodes[i].nr_sets = 0;
-		rc->nodes[i].wait_sent = rc->nodes[i].broken = false;
+		rc->nodes[i].nr_sent = rc->nodes[i].nr_sets = rc->nodes[i].nr_named = 0;
+		rc->nodes[i].ping_sent = rc->nodes[i].wait_sent = rc->nodes[i].broken = false;
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct rc_cmd *cmd = &cmds[i];
@@ -757,6 +772,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			redisAppendCommand(nd->c, cmd->op == RC_GET ? "GET %b" : "DEL %b", key, len);
 		nd->nr_sent++;
 		nd->nr_sets += cmd->op == RC_SET;
+		nd->nr_named += cmd->name != NULL;
 	}
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
 		struct rc_node *nd = &rc->nodes[i];
@@ -764,6 +780,16 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 
 		if (!nd->nr_sent || nd->broken)
 			continue;
+		/*
+		 * A PING after what a reply must be paired with for sure (a SET's acknowledgement, what
+		 * uswap_gc() decides on): a reply nobody asked for, before or among them, shifts a +OK
+		 * or another reply into its place (node_out_of_step()). A load's GET needs none: its page
+		 * is sealed to its key.
+		 */
+		if (nd->nr_sets || nd->nr_named) {
+			redisAppendCommand(nd->c, "PING");
+			nd->ping_sent = true;
+		}
 		if (replicas && nd->nr_sets) {
 			redisAppendCommand(nd->c, "WAIT %d %d", replicas, wait_ms);
 			nd->wait_sent = true;
@@ -810,6 +836,18 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
 		struct rc_node *nd = &rc->nodes[i];
 		redisReply *r;
+
+		if (!nd->ping_sent || !(r = node_reply(rc, nd, ri)))
+			continue;
+		if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG")) {
+			nd->wait_sent = false;
+			node_out_of_step(rc, i, cmds, n, ri);
+		}
+		freeReplyObject(r);
+	}
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		struct rc_node *nd = &rc->nodes[i];
+		redisReply *r;
 		int res;
 
 		if (!nd->wait_sent)
@@ -835,7 +873,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
 		struct rc_node *nd = &rc->nodes[i];
 
-		if (nd->nr_sent && !nd->broken && nd->c && nd->c->reader->pos < nd->c->reader->len)
+		if (nd->nr_sent && !nd->broken && node_has_extra(nd))
 			node_out_of_step(rc, i, cmds, n, ri);
 	}
 }

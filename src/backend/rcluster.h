@@ -29,8 +29,8 @@ struct rc_node {
 	int io_timeout_ms;      /* as set on c: the tier's timeout, or less when a load's deadline is near */
 	uint64_t thin_until_ms; /* WAIT found too few replicas: stores skip this node until then */
 	/* per round, while a batch runs */
-	unsigned nr_sent, nr_sets;
-	bool wait_sent, broken;
+	unsigned nr_sent, nr_sets, nr_named; /* named: the alive key, uswap_gc()'s commands */
+	bool ping_sent, wait_sent, broken;
 };
 
 /*
