@@ -703,5 +703,138 @@ static void gc_reply_behind(void)
 	fake_stop(f);
 }
 
+/* ---- the cluster client ---- */
+
+/* A message that names a server: the fake one, or one a bad map or redirect named. */
+static bool names_a_server(void)
+{
+	return strstr(uswap_errmsg(), "127.0.0.1:") || strstr(uswap_errmsg(), "redis");
+}
+
+static char slots_buf[4096];
+
+/* CLUSTER SLOTS with one entry per range [@lo, @hi] of @n, hosts and ports from @host and @port. */
+static const char *slots_of(int n, const int *lo, const int *hi, const char *const *host,
+			    const long long *port)
+{
+	size_t o = (size_t)snprintf(slots_buf, sizeof(slots_buf), "*%d\r\n", n);
+
+	for (int i = 0; i < n; i++)
+		o += (size_t)snprintf(slots_buf + o, sizeof(slots_buf) - o,
+				      "*3\r\n:%d\r\n:%d\r\n*2\r\n$%zu\r\n%s\r\n:%lld\r\n", lo[i], hi[i],
+				      strlen(host[i]), host[i], port[i]);
+	return slots_buf;
+}
+
+/*
+ * CLUSTER SLOTS answered badly as a cluster tier opens: refused with a message naming a server (a
+ * map the client cannot use: not an array, fields of the wrong type, slots out of range or not
+ * covered, ports out of range, hosts too long, more nodes than it keeps, nodes where nothing
+ * listens), or, for a map it may fairly use ("" or "?" for the host asked), opened and working.
+ */
+static void cluster_bad_slots(void)
+{
+	static const int lo1[] = {0}, hi1[] = {16383}, lo2[] = {0, 101}, hi2[] = {100, 16383};
+	static const char *const here[] = {"127.0.0.1", "127.0.0.1"}, *const empty[] = {""},
+				 *const quest[] = {"?"};
+	static char longhost[120];
+	const char *const longh[] = {longhost};
+	struct fake_redis *f;
+	char what[160];
+
+	fake_up(&f, true);
+	memset(longhost, 'h', sizeof(longhost) - 1);
+	long long p = fake_port(f), ports[][1] = {{0}, {-1}, {65536}, {(1LL << 32) + p}, {1}};
+	static struct {
+		const char *name;
+		char reply[4096];
+	} maps[40];
+	int nm = 0;
+
+#define MAP(label, text)                                                                                     \
+	do {                                                                                                 \
+		const char *t_ = (text);                                                                     \
+		maps[nm].name = label;                                                                       \
+		memcpy(maps[nm].reply, t_, strlen(t_) + 1);                                                  \
+		nm++;                                                                                        \
+	} while (0)
+	MAP("no entries", "*0\r\n");
+	MAP("entries not arrays", "*1\r\n:1\r\n");
+	MAP("entry of two fields", "*1\r\n*2\r\n:0\r\n:16383\r\n");
+	MAP("slot not an integer", "*1\r\n*3\r\n$1\r\n0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:1\r\n");
+	MAP("node not an array", "*1\r\n*3\r\n:0\r\n:16383\r\n$9\r\n127.0.0.1\r\n");
+	MAP("node of one field", "*1\r\n*3\r\n:0\r\n:16383\r\n*1\r\n$9\r\n127.0.0.1\r\n");
+	MAP("host an integer", "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n:1\r\n:7000\r\n");
+	MAP("port a string", "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n$4\r\n7000\r\n");
+	MAP("slot -1", slots_of(1, (int[]){-1}, hi1, here, &p));
+	MAP("slot 16384", slots_of(1, lo1, (int[]){16384}, here, &p));
+	MAP("start after end", slots_of(1, (int[]){16383}, (int[]){0}, here, &p));
+	MAP("slots 101.. only", slots_of(1, (int[]){101}, hi1, here, &p));
+	MAP("0..100 on a node where nothing listens", slots_of(2, lo2, hi2, here, (long long[]){1, p}));
+	for (size_t i = 0; i < sizeof(ports) / sizeof(ports[0]); i++) {
+		static char label[5][48];
+
+		snprintf(label[i], sizeof(label[i]), "port %lld", ports[i][0]);
+		MAP(label[i], slots_of(1, lo1, hi1, here, ports[i]));
+	}
+	MAP("host of 119 bytes", slots_of(1, lo1, hi1, longh, &p));
+	MAP("host empty (the one asked)", slots_of(1, lo1, hi1, empty, &p));
+	MAP("host ? (the one asked)", slots_of(1, lo1, hi1, quest, &p));
+	{
+		/* 40 nodes of 400 slots each (and the rest): more than the 32 a client keeps */
+		static char big[4096];
+		size_t o = (size_t)snprintf(big, sizeof(big), "*41\r\n");
+
+		for (int i = 0; i < 41; i++)
+			o += (size_t)snprintf(big + o, sizeof(big) - o,
+					      "*3\r\n:%d\r\n:%d\r\n*2\r\n$9\r\n127.0.0.1\r\n:%lld\r\n",
+					      i * 400, i == 40 ? 16383 : i * 400 + 399,
+					      i ? 20000 + (long long)i : p);
+		MAP("41 nodes", big);
+	}
+	for (int i = 0; i < nm; i++) {
+		struct bad b = {maps[i].name, maps[i].reply, 0, FAKE_REPLY};
+		struct uswap *u = NULL;
+		int ret;
+
+		snprintf(what, sizeof(what), "CLUSTER SLOTS answered with %s", maps[i].name);
+		guard(what);
+		script_bad(f, "CLUSTER SLOTS", NULL, 0, &b);
+		ret = uswap_create(&u, spec_of(f, "redis-cluster", ":timeout=150"));
+		fake_clear(f);
+		if (!strncmp(maps[i].name, "port ", 5) && !ret) {
+			fprintf(stderr, "[%s] %s: the client took it (for port %d?)\n", check_test, what,
+				(int)p);
+			CHECK(ret < 0); /* a port out of range is not one in range */
+		}
+		if (ret) {
+			if (ret > 0 || !names_a_server()) {
+				fprintf(stderr, "[%s] %s: create %d \"%s\"\n", check_test, what, ret,
+					uswap_errmsg());
+				CHECK(names_a_server());
+			}
+		} else {
+			layer_works(u, what);
+			check_destroy(u);
+		}
+		unguard();
+	}
+	for (size_t i = 0; i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++) {
+		struct uswap *u = NULL;
+
+		snprintf(what, sizeof(what), "CLUSTER SLOTS answered with %s", bad_replies[i].name);
+		guard(what);
+		script_bad(f, "CLUSTER SLOTS", NULL, 0, &bad_replies[i]);
+		CHECK(uswap_create(&u, spec_of(f, "redis-cluster", ":timeout=150")) < 0);
+		fake_clear(f);
+		CHECK(names_a_server());
+		if (u)
+			check_destroy(u);
+		unguard();
+	}
+	fake_stop(f);
+#undef MAP
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
-	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind))
+	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots))

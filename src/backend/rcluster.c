@@ -395,8 +395,9 @@ static int slots_from(struct rcluster *rc, struct rc_node *nd)
 		    e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
 		    e->element[2]->elements < 2 || e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
 		    e->element[2]->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
-		    e->element[1]->integer >= RC_SLOTS || e->element[0]->integer > e->element[1]->integer)
-			goto out;
+		    e->element[1]->integer >= RC_SLOTS || e->element[0]->integer > e->element[1]->integer ||
+		    e->element[2]->element[1]->integer < 1 || e->element[2]->element[1]->integer > 65535)
+			goto out; /* a port out of range, cut to an int, could name another server's */
 	}
 	memset(rc->slot_node, RC_NO_NODE, sizeof(rc->slot_node));
 	for (size_t i = 0; i < r->elements; i++) {
@@ -527,9 +528,11 @@ int rcluster_open(struct rcluster *rc)
 		memset(rc->slot_node, 0, sizeof(rc->slot_node));
 	} else {
 		if (refresh_slots(rc, rc->timeout_ms))
-			return err_set(-EIO,
-				       "redis: no seed answers CLUSTER SLOTS (is %s:%d a cluster node?)",
-				       rc->nodes[0].host, rc->nodes[0].port);
+			return err_set(
+				-EIO,
+				"redis: no seed answers CLUSTER SLOTS with a map of the cluster (is %s:%d a "
+				"cluster node?)",
+				rc->nodes[0].host, rc->nodes[0].port);
 		for (unsigned s = 0; s < RC_SLOTS; s++)
 			if (rc->slot_node[s] == RC_NO_NODE)
 				return err_set(-EIO, "redis: the cluster serves no node for slot %u", s);
