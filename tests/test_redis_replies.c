@@ -21,6 +21,7 @@
 
 #include "uswap.h"
 
+#include "../src/backend/rcluster.h"
 #include "check.h"
 #include "fakeredis.h"
 #include "mutate.h"
@@ -836,5 +837,127 @@ static void cluster_bad_slots(void)
 #undef MAP
 }
 
+/* A mutator that answers every GET with MOVED to a new address (127.0.0.2, port 20000 up). */
+static long moved_anywhere(void *arg, const char *cmd, unsigned char *reply, size_t len, size_t cap,
+			   enum fake_action *action)
+{
+	unsigned *next = arg;
+
+	(void)len, (void)action;
+	if (strcmp(cmd, "GET"))
+		return -1;
+	return snprintf((char *)reply, cap, "-MOVED 1 127.0.0.2:%u\r\n", 20000 + (*next)++ % 40000);
+}
+
+/*
+ * The cluster client redirected badly: MOVED and ASK to where nothing listens, to itself for ever,
+ * malformed, to more nodes than it keeps; ASKING answered badly; a failover that never ends; and a
+ * redirect to nowhere while CLUSTER SLOTS answers badly. A load fails with -EIO naming the swap id
+ * within its timeout, a store is refused naming the tier, and once the node answers well the pages
+ * load intact and the tier takes pages again.
+ */
+static void cluster_bad_redirects(void)
+{
+	static unsigned char pages[3 * PAGE_SIZE], back[PAGE_SIZE];
+	static char self_moved[64], self_ask[64], far[300], nowhere[64];
+	static unsigned moved_next;
+	struct fake_redis *f;
+	uswap_id_t ids[3];
+	struct uswap *u = NULL;
+	char id[32], what[128];
+	int ret = -EIO;
+
+	fake_up(&f, true);
+	for (int tries = 0; tries < 5 && ret; tries++)
+		ret = uswap_create(&u, spec_of(f, "redis-cluster", ":prefix=cr"));
+	CHECK_EQ(ret, 0);
+	if (ret) {
+		fake_stop(f);
+		return;
+	}
+	fill_pages(pages, 3, PK_RANDOM, seed_for(31));
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(store_when_back(u, pages + i * PAGE_SIZE, &ids[i]), 0);
+	/* the slot of page 1's key ("cr1": handles count from 0), which a redirect must name to move it */
+	unsigned slot = rcluster_key_slot("cr1", 3);
+
+	snprintf(self_moved, sizeof(self_moved), "-MOVED %u 127.0.0.1:%d\r\n", slot, fake_port(f));
+	snprintf(self_ask, sizeof(self_ask), "-ASK %u 127.0.0.1:%d\r\n", slot, fake_port(f));
+	snprintf(nowhere, sizeof(nowhere), "-MOVED %u 127.0.0.1:1\r\n", slot);
+	memset(far, 'h', sizeof(far));
+	memcpy(far, "-MOVED 1 ", 9);
+	memcpy(far + sizeof(far) - 10, ":7000\r\n", 8);
+	const struct bad redirects[] = {
+		B("MOVED to where nothing listens", nowhere, FAKE_REPLY),
+		B("ASK to where nothing listens", "-ASK 1 127.0.0.1:1\r\n", FAKE_REPLY),
+		B("MOVED without a host", "-MOVED 1 :1\r\n", FAKE_REPLY),
+		B("MOVED alone", "-MOVED\r\n", FAKE_REPLY),
+		B("MOVED to slot x", "-MOVED x 127.0.0.1:1\r\n", FAKE_REPLY),
+		B("MOVED to slot 99999", "-MOVED 99999 127.0.0.1:1\r\n", FAKE_REPLY),
+		B("MOVED without a port", "-MOVED 1 127.0.0.1\r\n", FAKE_REPLY),
+		B("MOVED to port 0", "-MOVED 1 127.0.0.1:0\r\n", FAKE_REPLY),
+		B("MOVED to port 99999", "-MOVED 1 127.0.0.1:99999\r\n", FAKE_REPLY),
+		B("MOVED to a host of 280 bytes", far, FAKE_REPLY),
+		B("MOVED to itself for ever", self_moved, FAKE_REPLY),
+		B("ASK to itself for ever", self_ask, FAKE_REPLY),
+		B("TRYAGAIN for ever", "-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+		  FAKE_REPLY),
+		B("CLUSTERDOWN for ever", "-CLUSTERDOWN The cluster is down\r\n", FAKE_REPLY),
+	};
+
+	snprintf(id, sizeof(id), "swap id %llu", (unsigned long long)ids[1]);
+	for (size_t i = 0; i < sizeof(redirects) / sizeof(redirects[0]); i++) {
+		snprintf(what, sizeof(what), "GET answered with %s", redirects[i].name);
+		guard(what);
+		script_bad(f, "GET", NULL, 0, &redirects[i]);
+		ret = uswap_load(u, ids[1], back, 1);
+		if (ret != -EIO || !strstr(uswap_errmsg(), id)) {
+			fprintf(stderr, "[%s] %s: load %d \"%s\"\n", check_test, what, ret, uswap_errmsg());
+			CHECK_EQ(ret, -EIO);
+		}
+		script_bad(f, "SET", NULL, 0, &redirects[i]);
+		ret = uswap_store(u, pages + 2 * PAGE_SIZE, 1, &ids[2]);
+		if (ret >= 0 || !names_tier(f)) {
+			fprintf(stderr, "[%s] SET answered with %s: store %d \"%s\"\n", check_test,
+				redirects[i].name, ret, uswap_errmsg());
+			CHECK(ret < 0);
+		}
+		fake_clear(f);
+		pages_intact(u, pages, ids, 2);
+		unguard();
+	}
+	/* ASKING answered badly: the ASK is not followed on that connection */
+	guard("ASKING answered badly");
+	script_bad(f, "GET", NULL, 1, &(struct bad)B("ASK to itself", self_ask, FAKE_REPLY));
+	fake_script(f, "ASKING", NULL, 0, 0, ":1\r\n", 4, FAKE_REPLY);
+	ret = uswap_load(u, ids[1], back, 1);
+	CHECK(ret == 0 || ret == -EIO);
+	CHECK(ret || !memcmp(pages + PAGE_SIZE, back, PAGE_SIZE));
+	fake_clear(f);
+	pages_intact(u, pages, ids, 2);
+	unguard();
+	/* MOVED to 200 different nodes: more than the client keeps; the node it knows still serves */
+	guard("MOVED to 200 nodes");
+	fake_mutate(f, moved_anywhere, &moved_next);
+	for (int i = 0; i < 200 && moved_next < 200; i++)
+		CHECK_EQ(uswap_load(u, ids[1], back, 1), -EIO);
+	fake_clear(f);
+	pages_intact(u, pages, ids, 2);
+	unguard();
+	/* a redirect to nowhere once, while CLUSTER SLOTS answers with garbage: the old map stays */
+	guard("MOVED to nowhere, CLUSTER SLOTS garbage");
+	fake_script(f, "GET", NULL, 0, 1, nowhere, strlen(nowhere), FAKE_REPLY);
+	fake_script(f, "CLUSTER SLOTS", NULL, 0, 0, "*1\r\n:7\r\n", 8, FAKE_REPLY);
+	CHECK_EQ(uswap_load(u, ids[1], back, 1), -EIO);
+	fake_clear(f);
+	pages_intact(u, pages, ids, 2);
+	CHECK_EQ(store_when_back(u, pages + 2 * PAGE_SIZE, &ids[2]), 0);
+	pages_intact(u, pages, ids, 3);
+	unguard();
+	check_destroy(u);
+	fake_stop(f);
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
-	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots))
+	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots),
+	   T(cluster_bad_redirects))
