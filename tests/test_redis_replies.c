@@ -958,6 +958,96 @@ static void cluster_bad_redirects(void)
 	fake_stop(f);
 }
 
+static uint64_t tier_pages(struct uswap *u, unsigned t)
+{
+	struct uswap_stats st;
+
+	uswap_stats(u, &st);
+	return st.tier[t].pages;
+}
+
+/*
+ * replicas=1: each store's SETs are followed by WAIT 1, whose integer says how many replicas have
+ * them. Answered badly, the pages count as not stored remotely: the next tier (a pool) takes them,
+ * and they load intact.
+ */
+static void wait_bad_replies(void)
+{
+	static unsigned char page[PAGE_SIZE];
+	struct fake_redis *f;
+	struct uswap *u = NULL;
+	uswap_id_t id;
+	int ret = -EIO;
+
+	fake_up(&f, false);
+	snprintf(spec_buf, sizeof(spec_buf), "redis://127.0.0.1:%d:timeout=%d:prefix=wt:replicas=1,zpool:lz4",
+		 fake_port(f), TIMEOUT_MS);
+	for (int tries = 0; tries < 5 && ret; tries++)
+		ret = uswap_create(&u, spec_buf);
+	CHECK_EQ(ret, 0);
+	/* one replica acknowledged: the page is remote */
+	fake_script(f, "WAIT", NULL, 0, 0, ":1\r\n", 4, FAKE_REPLY);
+	fill_pages(page, 1, PK_TEXT, seed_for(51)); /* the pool takes text */
+	CHECK(u && !uswap_store(u, page, 1, &id) && tier_pages(u, 0) == 1);
+	if (u)
+		pages_intact(u, page, &id, 1);
+	for (size_t i = 0; u && i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++) {
+		uint64_t remote = tier_pages(u, 0);
+
+		guard(bad_replies[i].name);
+		script_bad(f, "WAIT", NULL, 0, &bad_replies[i]);
+		fill_pages(page, 1, PK_TEXT, seed_for(52 + i));
+		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
+		if (tier_pages(u, 0) != remote) {
+			fprintf(stderr, "[%s] WAIT answered with %s: the page counts as remote\n", check_test,
+				bad_replies[i].name);
+			CHECK_EQ(tier_pages(u, 0), remote);
+		}
+		fake_clear(f);
+		pages_intact(u, page, &id, 1);
+		CHECK_EQ(uswap_free(u, id), 0);
+		unguard();
+	}
+	if (u)
+		check_destroy(u);
+	fake_stop(f);
+}
+
+/*
+ * Frees: the DELs go out with the next batch. Answered badly, nothing crashes or hangs; a store in
+ * that batch is taken or refused, and what was taken loads intact.
+ */
+static void del_bad_replies(void)
+{
+	static unsigned char pages[4 * PAGE_SIZE];
+	struct fake_redis *f;
+	uswap_id_t ids[4];
+	struct uswap *u;
+
+	fake_up(&f, false);
+	u = layer_with_pages(f, ":prefix=dl", pages, ids);
+	for (size_t i = 0; u && i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++) {
+		bool stored;
+
+		guard(bad_replies[i].name);
+		fill_pages(pages + 2 * PAGE_SIZE, 2, PK_RANDOM, seed_for(70 + i));
+		CHECK_EQ(store_when_back(u, pages + 2 * PAGE_SIZE, &ids[2]), 0);
+		script_bad(f, "DEL", NULL, 0, &bad_replies[i]);
+		CHECK_EQ(uswap_free(u, ids[2]), 0);
+		stored = !uswap_store(u, pages + 3 * PAGE_SIZE, 1, &ids[3]); /* the DEL goes with it */
+		fake_clear(f);
+		pages_intact(u, pages, ids, 2);
+		if (stored) {
+			pages_intact(u, pages + 3 * PAGE_SIZE, &ids[3], 1);
+			CHECK_EQ(uswap_free(u, ids[3]), 0);
+		}
+		unguard();
+	}
+	if (u)
+		check_destroy(u);
+	fake_stop(f);
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
 	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots),
-	   T(cluster_bad_redirects))
+	   T(cluster_bad_redirects), T(wait_bad_replies), T(del_bad_replies))
