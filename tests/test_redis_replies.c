@@ -1048,6 +1048,182 @@ static void del_bad_replies(void)
 	fake_stop(f);
 }
 
+/* ---- replies mutated at random (tests/mutate.c) ---- */
+
+static const char *const resp_dict[] = {
+	"\r\n",
+	"+OK\r\n",
+	"+PONG\r\n",
+	":1\r\n",
+	":0\r\n",
+	"$-1\r\n",
+	"*-1\r\n",
+	"*1\r\n",
+	"*2\r\n",
+	"$0\r\n\r\n",
+	"$4136\r\n",
+	"$4137\r\n",
+	"$999999999999\r\n",
+	"*999999999999\r\n",
+	"-ERR fuzz\r\n",
+	"-MOVED 1 127.0.0.1:1\r\n",
+	"-ASK 1 127.0.0.1:1\r\n",
+	"-TRYAGAIN\r\n",
+	"-LOADING\r\n",
+	"_\r\n",
+	"%1\r\n",
+	"\n",
+	"\r",
+	"-",
+	"+",
+	":",
+	"$",
+	"*",
+};
+
+struct fuzz {
+	struct mutator m;
+	unsigned pct; /* replies mutated, percent */
+	unsigned long mutated, closed, stalled;
+};
+
+/* Context: the fake server's thread (under its lock). */
+static long mutate_reply(void *arg, const char *cmd, unsigned char *reply, size_t len, size_t cap,
+			 enum fake_action *action)
+{
+	struct fuzz *z = arg;
+	unsigned roll = (unsigned)mut_below(&z->m, 1000);
+
+	if (strcmp(cmd, "GET") && strcmp(cmd, "SET") && strcmp(cmd, "DEL") && strcmp(cmd, "PING") &&
+	    strcmp(cmd, "CLUSTER SLOTS") && strcmp(cmd, "ASKING"))
+		return -1;
+	if (roll >= z->pct * 10)
+		return -1;
+	z->mutated++;
+	if (roll % 50 == 0) {
+		*action = FAKE_CLOSE;
+		z->closed++;
+	} else if (roll % 50 == 1) {
+		*action = FAKE_STALL;
+		z->stalled++;
+	}
+	return (long)mut_mutate(&z->m, reply, len, cap < 8192 ? cap : 8192, 3, 0);
+}
+
+#define FUZZ_SLOTS 64
+
+/*
+ * Stores, loads and frees at random while the server mutates a share of its replies to GET, SET,
+ * DEL, PING (and, for a cluster, CLUSTER SLOTS and ASKING): byte flips, inserts, deletes, cuts,
+ * splices of RESP fragments, now and then a close or silence; and a tenth of the stores meet a SET
+ * the server refuses. Every call returns; a store that
+ * fails says so naming the tier; a load that succeeds gives the page stored, one that fails names
+ * the swap id; and once the server answers well, every page a store reported stored loads intact.
+ */
+static void fuzz_run(bool cluster, const char *test)
+{
+	static unsigned char pages[FUZZ_SLOTS][PAGE_SIZE], back[PAGE_SIZE];
+	static uswap_id_t ids[FUZZ_SLOTS];
+	static bool live[FUZZ_SLOTS];
+	static struct fuzz z;
+	unsigned long n = mut_iterations(250), stores = 0, refused = 0, loads = 0, failed = 0;
+	struct mutator ops;
+	struct fake_redis *f;
+	struct uswap *u = NULL;
+	int ret = -EIO;
+	char spec[160];
+
+	mut_init(&ops, mut_seed(test));
+	mut_init(&z.m, mut_rand(&ops));
+	z.m.dict = resp_dict;
+	z.m.nr_dict = sizeof(resp_dict) / sizeof(resp_dict[0]);
+	z.pct = 25;
+	z.mutated = z.closed = z.stalled = 0;
+	memset(live, 0, sizeof(live));
+	fake_up(&f, cluster);
+	snprintf(spec, sizeof(spec), "%s://127.0.0.1:%d:timeout=100:prefix=fz",
+		 cluster ? "redis-cluster" : "redis", fake_port(f));
+	for (int tries = 0; tries < 5 && ret; tries++)
+		ret = uswap_create(&u, spec);
+	CHECK_EQ(ret, 0);
+	if (ret) {
+		fake_stop(f);
+		return;
+	}
+	guard(test);
+	/* the pages first, as the server behaves: a failed connection keeps stores off a server for a second */
+	for (unsigned s = 0; s < FUZZ_SLOTS; s++) {
+		fill_pages(pages[s], 1, PK_RANDOM, mut_rand(&ops));
+		live[s] = !store_when_back(u, pages[s], &ids[s]);
+		CHECK(live[s]);
+	}
+	fake_mutate(f, mutate_reply, &z);
+	for (unsigned long i = 0; i < n; i++) {
+		unsigned s = (unsigned)mut_below(&ops, FUZZ_SLOTS), op = (unsigned)mut_below(&ops, 10);
+
+		if (!live[s]) {
+			fill_pages(pages[s], 1, PK_RANDOM, mut_rand(&ops));
+			if (op == 0) /* a SET the server refuses (not carried out), as at maxmemory */
+				fake_script(f, "SET", NULL, 0, 1, "-OOM command not allowed\r\n", 26,
+					    FAKE_REPLY);
+			ret = uswap_store(u, pages[s], 1, &ids[s]);
+			stores++;
+			live[s] = !ret;
+			if (ret) {
+				refused++;
+				if (ret > 0 || !names_tier(f)) {
+					fprintf(stderr, "[%s] iteration %lu: store %d \"%s\"\n", test, i, ret,
+						uswap_errmsg());
+					CHECK(names_tier(f));
+				}
+			}
+		} else if (op < 9) {
+			char id[32];
+
+			memset(back, 0, PAGE_SIZE);
+			ret = uswap_load(u, ids[s], back, 1);
+			loads++;
+			snprintf(id, sizeof(id), "swap id %llu", (unsigned long long)ids[s]);
+			if (!ret) {
+				CHECK_MEM(pages[s], back, PAGE_SIZE); /* never wrong data as success */
+			} else {
+				failed++;
+				if (ret != -EIO || !strstr(uswap_errmsg(), id)) {
+					fprintf(stderr, "[%s] iteration %lu: load %d \"%s\"\n", test, i, ret,
+						uswap_errmsg());
+					CHECK_EQ(ret, -EIO);
+				}
+			}
+		} else {
+			CHECK_EQ(uswap_free(u, ids[s]), 0);
+			live[s] = false;
+		}
+	}
+	fake_clear(f);
+	printf("%s: %lu calls: %lu stores (%lu refused), %lu loads (%lu failed); %lu replies mutated (%lu "
+	       "closed, %lu silent)\n",
+	       test, n, stores, refused, loads, failed, z.mutated, z.closed, z.stalled);
+	/* nothing lost: every page reported stored is there */
+	for (unsigned s = 0; s < FUZZ_SLOTS; s++)
+		if (live[s])
+			pages_intact(u, pages[s], &ids[s], 1);
+	check_destroy(u);
+	unguard();
+	fake_stop(f);
+	CHECK(z.mutated > 0);
+}
+
+static void fuzz_replies(void)
+{
+	fuzz_run(false, "fuzz_replies");
+}
+
+static void fuzz_replies_cluster(void)
+{
+	fuzz_run(true, "fuzz_replies_cluster");
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
 	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots),
-	   T(cluster_bad_redirects), T(wait_bad_replies), T(del_bad_replies))
+	   T(cluster_bad_redirects), T(wait_bad_replies), T(del_bad_replies), T(fuzz_replies),
+	   T(fuzz_replies_cluster))
