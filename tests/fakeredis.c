@@ -317,8 +317,9 @@ static struct script *script_for(struct fake_redis *f, const struct cmd *c)
 	for (int i = 0; i < MAX_SCRIPTS; i++) {
 		struct script *s = &f->scripts[i];
 
-		if (!s->used || (strcmp(s->cmd, "*") && strcmp(s->cmd, c->name)))
-			continue;
+		if (!s->used || (strcmp(s->cmd, "*") && strcmp(s->cmd, c->name)) ||
+		    (s->count && s->seen >= s->skip + s->count))
+			continue; /* another command's, or spent: the next script may take it */
 		if (!s->any_key &&
 		    (c->argc < 2 || !memmem(c->argv[1], c->lens[1], s->key_has, strlen(s->key_has))))
 			continue;

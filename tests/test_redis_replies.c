@@ -971,45 +971,57 @@ static uint64_t tier_pages(struct uswap *u, unsigned t)
  * them. Answered badly, the pages count as not stored remotely: the next tier (a pool) takes them,
  * and they load intact.
  */
-static void wait_bad_replies(void)
+static struct uswap *wait_layer(struct fake_redis *f)
 {
-	static unsigned char page[PAGE_SIZE];
-	struct fake_redis *f;
 	struct uswap *u = NULL;
-	uswap_id_t id;
 	int ret = -EIO;
 
-	fake_up(&f, false);
 	snprintf(spec_buf, sizeof(spec_buf), "redis://127.0.0.1:%d:timeout=%d:prefix=wt:replicas=1,zpool:lz4",
 		 fake_port(f), TIMEOUT_MS);
 	for (int tries = 0; tries < 5 && ret; tries++)
 		ret = uswap_create(&u, spec_buf);
 	CHECK_EQ(ret, 0);
+	return u;
+}
+
+static void wait_bad_replies(void)
+{
+	static unsigned char page[PAGE_SIZE];
+	struct fake_redis *f;
+	struct uswap *u;
+	uswap_id_t id;
+
+	fake_up(&f, false);
 	/* one replica acknowledged: the page is remote */
+	u = wait_layer(f);
 	fake_script(f, "WAIT", NULL, 0, 0, ":1\r\n", 4, FAKE_REPLY);
 	fill_pages(page, 1, PK_TEXT, seed_for(51)); /* the pool takes text */
 	CHECK(u && !uswap_store(u, page, 1, &id) && tier_pages(u, 0) == 1);
-	if (u)
+	if (u) {
 		pages_intact(u, page, &id, 1);
-	for (size_t i = 0; u && i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++) {
-		uint64_t remote = tier_pages(u, 0);
-
+		check_destroy(u);
+	}
+	fake_clear(f);
+	/* a fresh layer for each: after a WAIT that fails, stores skip the server for a while */
+	for (size_t i = 0; i < sizeof(bad_replies) / sizeof(bad_replies[0]); i++) {
+		u = wait_layer(f);
+		if (!u)
+			continue;
 		guard(bad_replies[i].name);
 		script_bad(f, "WAIT", NULL, 0, &bad_replies[i]);
 		fill_pages(page, 1, PK_TEXT, seed_for(52 + i));
 		CHECK_EQ(uswap_store(u, page, 1, &id), 0);
-		if (tier_pages(u, 0) != remote) {
+		if (tier_pages(u, 0)) {
 			fprintf(stderr, "[%s] WAIT answered with %s: the page counts as remote\n", check_test,
 				bad_replies[i].name);
-			CHECK_EQ(tier_pages(u, 0), remote);
+			CHECK_EQ(tier_pages(u, 0), 0);
 		}
 		fake_clear(f);
 		pages_intact(u, page, &id, 1);
-		CHECK_EQ(uswap_free(u, id), 0);
+		check_destroy(u);
 		unguard();
 	}
-	if (u)
-		check_destroy(u);
+	CHECK(fake_count(f, "WAIT") > sizeof(bad_replies) / sizeof(bad_replies[0]));
 	fake_stop(f);
 }
 
@@ -1223,7 +1235,82 @@ static void fuzz_replies_cluster(void)
 	fuzz_run(true, "fuzz_replies_cluster");
 }
 
+/* ---- memory regions over a tier that goes bad ---- */
+
+/*
+ * A region of 256 pages under a 64-page limit, its pages evicted to the fake server; then the
+ * server goes bad: every SET is answered badly (an OOM refusal, the wrong type, garbage, silence,
+ * a closed connection), and the first GETs of each round too (an error, then garbage: a load tries
+ * again, and so does the swap-in). Half the pages are rewritten and reclaim runs: the stores fail,
+ * and those pages stay resident. Every page reads back as last written throughout, none is poisoned.
+ */
+static void mm_over_bad_server(void)
+{
+	static const struct bad sets[] = {
+		B("out of memory", "-OOM command not allowed when used memory > 'maxmemory'.\r\n",
+		  FAKE_REPLY),
+		B("integer", ":1\r\n", FAKE_REPLY),
+		B("garbage", "\x01\x02\xff garbage\r\n", FAKE_REPLY),
+		B("no reply", "", FAKE_STALL),
+		B("closed without a reply", "", FAKE_CLOSE),
+	};
+	const size_t n = 256;
+	uint32_t *sums = calloc(n, sizeof(*sums));
+	struct uswap_mm_options o = {.limit_bytes = 64 * PAGE_SIZE};
+	struct uswap_mm_stats st;
+	struct fake_redis *f;
+	struct uswap_mm *m;
+	unsigned char *p;
+	char spec[128];
+
+	fake_up(&f, false);
+	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:timeout=300:prefix=mm", fake_port(f));
+	o.tiers = spec;
+	m = check_mm_new(&o); /* skips where userfaultfd is not allowed */
+	guard("memory regions over a server that goes bad");
+	p = m ? check_map_filled(m, n, 0, sums) : NULL;
+	if (!p)
+		goto out;
+	uswap_mm_shrink(m, 0);
+	CHECK(check_swap_pages(m) > 0);
+	CHECK_EQ(check_verify_pages(p, 0, n, sums), 0);
+	for (size_t k = 0; k < sizeof(sets) / sizeof(sets[0]); k++) {
+		uswap_mm_shrink(m, 0);
+		script_bad(f, "SET", NULL, 0, &sets[k]);
+		fake_script(f, "GET", NULL, 0, 1, "-ERR injected\r\n", 15, FAKE_REPLY);
+		fake_script(f, "GET", "mm", 1, 1, "\x01garbage\r\n", 10, FAKE_REPLY);
+		for (size_t i = k % 2; i < n; i += 2)
+			sums[i] = check_put_page(p + i * PAGE_SIZE, i, k + 1);
+		uswap_mm_shrink(m, 0); /* the rewritten pages cannot go: they stay */
+		if (check_verify_pages(p, 0, n, sums)) {
+			fprintf(stderr, "[%s] with SET answered with %s\n", check_test, sets[k].name);
+			CHECK(!"every page reads back as last written");
+		}
+		fake_clear(f);
+	}
+	uswap_mm_stats(m, &st);
+	printf("mm_over_bad_server: %llu swap-ins, %llu loads tried again, %llu stores failed\n",
+	       (unsigned long long)st.swapins, (unsigned long long)st.load_retries,
+	       (unsigned long long)st.store_failures);
+	CHECK(st.store_failures > 0);
+	CHECK(st.load_retries > 0);
+	CHECK_EQ(st.load_failures, 0);
+	/* the server answers well again: pages go out and come back */
+	for (int i = 0; i < 400 && (uswap_mm_shrink(m, 0), check_swap_pages(m) < n / 2); i++)
+		pause_ms(10);
+	CHECK(check_swap_pages(m) >= n / 2);
+	CHECK_EQ(check_verify_pages(p, 0, n, sums), 0);
+	uswap_mm_stats(m, &st);
+	CHECK_EQ(st.load_failures, 0);
+out:
+	unguard();
+	if (m)
+		check_mm_destroy(m);
+	fake_stop(f);
+	free(sums);
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
 	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots),
 	   T(cluster_bad_redirects), T(wait_bad_replies), T(del_bad_replies), T(fuzz_replies),
-	   T(fuzz_replies_cluster))
+	   T(fuzz_replies_cluster), T(mm_over_bad_server))
