@@ -1310,7 +1310,69 @@ out:
 	free(sums);
 }
 
+/* ---- a real server's refusal ---- */
+
+/*
+ * A real redis-server at its maxmemory (noeviction) refuses SETs with -OOM, the one bad answer here a
+ * real server gives: the store is refused naming the tier, the caller keeps the page, every page
+ * stored before loads intact; once pages are freed (DEL is allowed at maxmemory) stores are taken
+ * again.
+ */
+static void real_server_out_of_memory(void)
+{
+	static const char *const extra[] = {"--maxmemory", "3mb", NULL};
+	enum { MAX = 2000 };
+	static unsigned char pages[MAX][PAGE_SIZE], copy[PAGE_SIZE];
+	static uswap_id_t ids[MAX];
+	struct uswap *u = NULL;
+	struct rserver srv;
+	char spec[128], hp[32];
+	int n = 0, ret = 0;
+
+	if (!rserver_available()) {
+		printf("real_server_out_of_memory: no redis-server, nothing to do\n");
+		return;
+	}
+	if (rserver_start(&srv, "noeviction", extra)) {
+		CHECK(!"redis-server started");
+		return;
+	}
+	snprintf(spec, sizeof(spec), "redis://127.0.0.1:%d:prefix=oom:timeout=2000", srv.port);
+	snprintf(hp, sizeof(hp), "127.0.0.1:%d", srv.port);
+	CHECK_EQ(uswap_create(&u, spec), 0);
+	guard("a real server at maxmemory");
+	while (u && n < MAX) {
+		fill_pages(pages[n], 1, PK_RANDOM, seed_for(9000 + n));
+		memcpy(copy, pages[n], PAGE_SIZE);
+		ret = uswap_store(u, pages[n], 1, &ids[n]);
+		if (ret)
+			break;
+		n++;
+	}
+	printf("real_server_out_of_memory: %d pages stored before the first refusal\n", n);
+	CHECK(n > 0 && n < MAX);
+	CHECK(ret < 0);
+	CHECK(strstr(uswap_errmsg(), hp) != NULL);
+	CHECK_MEM(copy, pages[n], PAGE_SIZE);
+	for (int i = 0; u && i < n; i++)
+		pages_intact(u, pages[i], &ids[i], 1);
+	/* room again: half the pages freed (their DELs go with the next store) */
+	for (int i = 0; u && i < n; i += 2)
+		CHECK_EQ(uswap_free(u, ids[i]), 0);
+	for (int tries = 0; u && tries < 5 && ret; tries++)
+		ret = uswap_store(u, pages[n], 1, &ids[n]);
+	CHECK_EQ(ret, 0);
+	if (u && !ret)
+		pages_intact(u, pages[n], &ids[n], 1);
+	for (int i = 1; u && i < n; i += 2)
+		pages_intact(u, pages[i], &ids[i], 1);
+	unguard();
+	if (u)
+		check_destroy(u);
+	rserver_kill(&srv);
+}
+
 CHECK_MAIN(T(store_bad_replies), T(load_bad_replies), T(extra_replies), T(open_bad_replies),
 	   T(lease_bad_replies), T(gc_bad_replies), T(gc_reply_behind), T(cluster_bad_slots),
 	   T(cluster_bad_redirects), T(wait_bad_replies), T(del_bad_replies), T(fuzz_replies),
-	   T(fuzz_replies_cluster), T(mm_over_bad_server))
+	   T(fuzz_replies_cluster), T(mm_over_bad_server), T(real_server_out_of_memory))
