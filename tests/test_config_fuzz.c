@@ -10,7 +10,10 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -466,6 +469,107 @@ static void fault_seed_env(void)
 	unsetenv("USWAP_FAULT_SEED");
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
+/* Each variable of the preload library with values it takes (the first ones of a line, mutated). */
+static const struct {
+	const char *name, *values[4];
+} env_vars[] = {
+	{"USWAP_LIMIT", {"64M", "25%", "auto:min=16M", "32M:auto:stall=0.5%"}},
+	{"USWAP_TIERS",
+	 {"same,zpool:lz4,file", "zpool:zstd:max=16M", "same,fault(zpool):eio=1%:seed=3", "file"}},
+	{"USWAP_FOLIO", {"4K", "64K", "2M", "16K"}},
+	{"USWAP_HEAP", {"1G", "256M", "4G", "64M"}},
+	{"USWAP_MIN_MAP", {"128K", "1M", "4096", "64K"}},
+	{"USWAP_FORK_CHILD", {"own", "plain", "own", "plain"}},
+	{"USWAP_POOL_IN_LIMIT", {"0", "1", "00", "1"}},
+	{"USWAP_REMOVE_EVENTS", {"0", "1", "01", "0"}},
+};
+static const char *env_corpus[sizeof(env_vars) / sizeof(env_vars[0]) * 4];
+
+/*
+ * The preload library's environment (USWAP_LIMIT and the variables beside it), mutated: a program
+ * started with it runs (managed or not) and exits as it would, or is refused with exit status 2 and
+ * a "uswap:" message; it is never killed by a signal. Not in sanitizer builds: their preload
+ * library cannot go into an uninstrumented program.
+ */
+static void preload_environment(void)
+{
+	char exe[PATH_MAX], lib[PATH_MAX + 32], *slash;
+	ssize_t len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	unsigned long n = mut_iterations(100), refused = 0;
+	struct mutator m;
+
+	if (SANITIZED || len <= 0) {
+		printf("preload_environment: not in a sanitizer build\n");
+		return;
+	}
+	exe[len] = '\0';
+	slash = strrchr(exe, '/');
+	*slash = '\0';
+	slash = strrchr(exe, '/'); /* BUILD/tests/test_config_fuzz: BUILD/libuswap-preload.so */
+	*slash = '\0';
+	snprintf(lib, sizeof(lib), "%s/libuswap-preload.so", exe);
+	if (access(lib, R_OK) || access("/bin/true", X_OK)) {
+		printf("preload_environment: no %s or /bin/true\n", lib);
+		return;
+	}
+	for (size_t v = 0; v < sizeof(env_corpus) / sizeof(env_corpus[0]); v++)
+		env_corpus[v] = env_vars[v / 4].values[v % 4];
+	mut_init(&m, mut_seed("preload_environment"));
+	m.dict = limit_dict;
+	m.nr_dict = sizeof(limit_dict) / sizeof(limit_dict[0]);
+	m.corpus = env_corpus;
+	m.nr_corpus = sizeof(env_corpus) / sizeof(env_corpus[0]);
+	for (unsigned long i = 0; i < n; i++) {
+		char vals[3][96], errpath[96];
+		const char *names[3];
+		int st = 0, fd;
+		pid_t pid;
+
+		for (int k = 0; k < 3; k++) {
+			size_t var = k ? 1 + mut_below(&m, sizeof(env_vars) / sizeof(env_vars[0]) - 1) : 0;
+			const char *base = env_vars[var].values[mut_below(&m, 4)];
+			size_t l = strlen(base);
+
+			names[k] = env_vars[var].name;
+			memcpy(vals[k], base, l);
+			if (mut_below(&m, 2)) /* half the values as they are: the others are then reached */
+				l = mut_mutate(&m, (unsigned char *)vals[k], l, sizeof(vals[k]) - 1, 2, 1);
+			vals[k][l] = '\0';
+			vals[k][strcspn(vals[k], "\n")] = '\0';
+			if (strstr(vals[k], "redis") || strstr(vals[k], "delay") || strchr(vals[k], '/'))
+				snprintf(vals[k], sizeof(vals[k]), "%s", base); /* nothing that reaches out */
+		}
+		snprintf(errpath, sizeof(errpath), "%s/env.err", tmpdir);
+		pid = fork();
+		if (!pid) {
+			fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+			dup2(fd, 2);
+			setenv("LD_PRELOAD", lib, 1);
+			for (int k = 0; k < 3; k++)
+				setenv(names[k], vals[k], 1);
+			execl("/bin/true", "true", (char *)NULL);
+			_exit(127);
+		}
+		CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
+		refused += WIFEXITED(st) && WEXITSTATUS(st) == 2;
+		if (!WIFEXITED(st) || (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 2)) {
+			fprintf(stderr, "iteration %lu: %s=\"%s\" %s=\"%s\" %s=\"%s\": status %#x\n", i,
+				names[0], shown(vals[0], strlen(vals[0])), names[1],
+				shown(vals[1], strlen(vals[1])), names[2], shown(vals[2], strlen(vals[2])),
+				st);
+			CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 2));
+		}
+		unlink(errpath);
+	}
+	printf("preload_environment: %lu programs, %lu refused their environment\n", n, refused);
+}
+
 static void setup(void)
 {
 	if (tmpdir[0])
@@ -488,4 +592,4 @@ static void teardown(void)
 }
 
 CHECK_MAIN(T(setup), T(tier_strings_checked), T(tier_strings_built), T(sizes_match_reference),
-	   T(limits_parse_or_refuse), T(fault_seed_env), T(teardown))
+	   T(limits_parse_or_refuse), T(fault_seed_env), T(preload_environment), T(teardown))
