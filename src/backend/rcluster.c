@@ -9,7 +9,9 @@
  * node by node in the order they were sent. MOVED rewrites the slot map (and asks for a refresh),
  * ASK sends that one command again after ASKING; both go round again at once. A node whose
  * connection fails is dropped and remembered as down for a while; its commands stay pending for the
- * retry policy of rcluster_exec().
+ * retry policy of rcluster_exec(). So is one that answers what was not asked (node_out_of_step()):
+ * a pipeline whose replies must pair with their commands ends in a PING, and a reply must be whole
+ * within the connection's timeout and RC_REPLY_MAX bytes (node_get_reply()).
  *
  * With tls, every connection (seeds, nodes learnt from CLUSTER SLOTS or a redirect, reconnects, the
  * lease thread's clone) is made by tls_connect(), and its I/O goes through node_flush() and
