@@ -263,7 +263,8 @@ int64_t uswap_gc(const char *tier, const char *match, int dry_run,
 		ret = g->err;
 	if (ret)
 		goto out;
-	qsort(g->keys, g->nr_keys, sizeof(*g->keys), cmp_str);
+	if (g->nr_keys) /* none found: keys is NULL, which qsort() must not get even for 0 */
+		qsort(g->keys, g->nr_keys, sizeof(*g->keys), cmp_str);
 	g->owner = ualloc_zero((g->nr_keys + 1) * sizeof(*g->owner));
 	if (!g->owner) {
 		ret = -ENOMEM;
