@@ -181,6 +181,12 @@ static size_t sweep(struct lease *l)
 	uint64_t t0 = mono_ns(), hi0 = atomic_load(l->next_handle), keys = 0;
 	size_t n = 1, failed = 0;
 
+	/*
+	 * A node the last sweep failed on is tried again now: a failed sweep is retried after a quarter
+	 * of a period, and a node skipped for the stores' while (1 s or the timeout) would outlast a short
+	 * lease (lease=1s: its keys expired after one bad reply). Within a sweep, a failed node is skipped.
+	 */
+	rcluster_retry_now(&l->rc);
 	alive_cmd(l, &l->cmds[0]);
 	for (int pass = 0; pass < 2; pass++) {
 		/* the second pass starts again at the word where the first ended: it may have more bits now */
@@ -262,8 +268,12 @@ int lease_open(struct lease *l, const struct rcluster *rc, pthread_mutex_t *stor
 	alive_value(l);
 	alive_cmd(l, &l->cmds[0]);
 	rcluster_exec(&l->rc, l->cmds, 1, 0, 0);
-	if (l->cmds[0].result)
-		return err_set(-EIO, "redis: cannot write the alive key %s", l->alive_key);
+	if (l->cmds[0].result) {
+		const struct rc_node *nd = &l->rc.nodes[l->cmds[0].node == RC_NO_NODE ? 0 : l->cmds[0].node];
+
+		return err_set(-EIO, "redis: cannot write the alive key %s to %s:%d", l->alive_key, nd->host,
+			       nd->port);
+	}
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

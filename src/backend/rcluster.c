@@ -9,7 +9,9 @@
  * node by node in the order they were sent. MOVED rewrites the slot map (and asks for a refresh),
  * ASK sends that one command again after ASKING; both go round again at once. A node whose
  * connection fails is dropped and remembered as down for a while; its commands stay pending for the
- * retry policy of rcluster_exec().
+ * retry policy of rcluster_exec(). So is one that answers what was not asked (node_out_of_step()):
+ * a pipeline whose replies must pair with their commands ends in a PING, and a reply must be whole
+ * within the connection's timeout and RC_REPLY_MAX bytes (node_get_reply()).
  *
  * With tls, every connection (seeds, nodes learnt from CLUSTER SLOTS or a redirect, reconnects, the
  * lease thread's clone) is made by tls_connect(), and its I/O goes through node_flush() and
@@ -37,6 +39,8 @@
 #define RC_MAX_REDIRECTS 16   /* redirect rounds per batch: a resharding moves a slot once */
 #define RC_DOWN_MIN_MS   1000 /* a failed or replica-less node is skipped by stores this long (or timeout) */
 #define RC_SLEEP_MAX_MS  200  /* longest pause between retry rounds of a load */
+/* bytes read for one reply: the largest, CLUSTER SLOTS of a map cut into 16384 ranges, is ~5 MiB */
+#define RC_REPLY_MAX (8u << 20)
 
 /* CRC16 of one byte shifted through polynomial 0x1021, for each byte value: built once. */
 static uint16_t crc16_table[256];
@@ -221,39 +225,80 @@ static int node_flush(struct rc_node *nd, int *done)
 	return REDIS_OK;
 }
 
-/* redisGetReply() of @nd's connection (flush, then read until a reply is whole), over TLS when it is one. */
-static int node_get_reply(struct rc_node *nd, redisReply **out)
+/* One read of @nd's connection into its reader, over TLS when it is one. Return: bytes read; -1, c->err set. */
+static ssize_t node_read(struct rc_node *nd)
 {
 	redisContext *c = nd->c;
 	char buf[16384]; /* one TLS record */
+	size_t before = c->reader->len;
+	ssize_t n;
+
+	if (!nd->tls)
+		return redisBufferRead(c) == REDIS_OK ? (ssize_t)(c->reader->len - before) : -1;
+	n = tls_read(nd->tls, buf, sizeof(buf));
+	if (n <= 0) {
+		tls_fail(c, n);
+		return -1;
+	}
+	if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
+		c->err = c->reader->err;
+		snprintf(c->errstr, sizeof(c->errstr), "%s", c->reader->errstr);
+		return -1;
+	}
+	return n;
+}
+
+/*
+ * redisGetReply() of @nd's connection (flush, then read until a reply is whole), over TLS when it is
+ * one, with the bounds hiredis lacks: the socket's timeout bounds each read, but a server that sends a
+ * byte now and then, or streams bytes behind a huge declared length, would hold the caller (and fill
+ * its memory) for ever. So a reply must be whole within the connection's timeout of the first wait
+ * and RC_REPLY_MAX bytes; else the connection fails as on a timeout (REDIS_ERR_IO, errno EAGAIN).
+ */
+static int node_get_reply(struct rc_node *nd, redisReply **out)
+{
+	redisContext *c = nd->c;
+	uint64_t start;
+	size_t got = 0;
 	void *r = NULL;
 	int done = 0;
 	ssize_t n;
 
-	if (!nd->tls)
-		return redisGetReply(c, (void **)out);
 	if (redisGetReplyFromReader(c, &r) != REDIS_OK)
 		return REDIS_ERR;
+	start = r ? 0 : mono_ms();
 	while (!r) {
 		while (!done)
 			if (node_flush(nd, &done) != REDIS_OK)
 				return REDIS_ERR;
-		n = tls_read(nd->tls, buf, sizeof(buf));
-		if (n <= 0)
-			return tls_fail(c, n);
-		if (redisReaderFeed(c->reader, buf, (size_t)n) != REDIS_OK) {
-			c->err = c->reader->err;
-			snprintf(c->errstr, sizeof(c->errstr), "%s", c->reader->errstr);
+		n = node_read(nd);
+		if (n < 0)
 			return REDIS_ERR;
-		}
+		got += (size_t)n;
 		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
 			return REDIS_ERR;
+		if (!r && (got > RC_REPLY_MAX || mono_ms() - start >= (uint64_t)nd->io_timeout_ms)) {
+			c->err = REDIS_ERR_IO;
+			errno = EAGAIN;
+			snprintf(c->errstr, sizeof(c->errstr), "no whole reply in %zu bytes and %llu ms", got,
+				 (unsigned long long)(mono_ms() - start));
+			return REDIS_ERR;
+		}
 	}
 	*out = r;
 	return REDIS_OK;
 }
 
-/* redisCommand() on @nd: one command, waiting for its reply. Return: the reply or NULL. */
+/* Bytes @nd's reader holds past the replies taken: replies nobody asked for (see node_out_of_step()). */
+static bool node_has_extra(const struct rc_node *nd)
+{
+	return nd->c && nd->c->reader->pos < nd->c->reader->len;
+}
+
+/*
+ * redisCommand() on @nd: one command, waiting for its reply. Return: the reply, or NULL (c->err set;
+ * also when more came than the one reply: the next command would take the rest for its own).
+ */
 static redisReply *node_vcommand(struct rc_node *nd, const char *fmt, ...)
 {
 	redisReply *r = NULL;
@@ -265,6 +310,12 @@ static redisReply *node_vcommand(struct rc_node *nd, const char *fmt, ...)
 	va_end(ap);
 	if (ret != REDIS_OK || node_get_reply(nd, &r) != REDIS_OK)
 		return NULL;
+	if (node_has_extra(nd)) {
+		freeReplyObject(r);
+		nd->c->err = REDIS_ERR_PROTOCOL;
+		snprintf(nd->c->errstr, sizeof(nd->c->errstr), "more than one reply to one command");
+		return NULL;
+	}
 	return r;
 }
 
@@ -357,8 +408,9 @@ static int slots_from(struct rcluster *rc, struct rc_node *nd)
 		    e->element[1]->type != REDIS_REPLY_INTEGER || e->element[2]->type != REDIS_REPLY_ARRAY ||
 		    e->element[2]->elements < 2 || e->element[2]->element[0]->type != REDIS_REPLY_STRING ||
 		    e->element[2]->element[1]->type != REDIS_REPLY_INTEGER || e->element[0]->integer < 0 ||
-		    e->element[1]->integer >= RC_SLOTS || e->element[0]->integer > e->element[1]->integer)
-			goto out;
+		    e->element[1]->integer >= RC_SLOTS || e->element[0]->integer > e->element[1]->integer ||
+		    e->element[2]->element[1]->integer < 1 || e->element[2]->element[1]->integer > 65535)
+			goto out; /* a port out of range, cut to an int, could name another server's */
 	}
 	memset(rc->slot_node, RC_NO_NODE, sizeof(rc->slot_node));
 	for (size_t i = 0; i < r->elements; i++) {
@@ -489,9 +541,11 @@ int rcluster_open(struct rcluster *rc)
 		memset(rc->slot_node, 0, sizeof(rc->slot_node));
 	} else {
 		if (refresh_slots(rc, rc->timeout_ms))
-			return err_set(-EIO,
-				       "redis: no seed answers CLUSTER SLOTS (is %s:%d a cluster node?)",
-				       rc->nodes[0].host, rc->nodes[0].port);
+			return err_set(
+				-EIO,
+				"redis: no seed answers CLUSTER SLOTS with a map of the cluster (is %s:%d a "
+				"cluster node?)",
+				rc->nodes[0].host, rc->nodes[0].port);
 		for (unsigned s = 0; s < RC_SLOTS; s++)
 			if (rc->slot_node[s] == RC_NO_NODE)
 				return err_set(-EIO, "redis: the cluster serves no node for slot %u", s);
@@ -553,8 +607,12 @@ static bool conn_was_stale(const struct rc_node *nd)
 	return nd->c && (nd->c->err == REDIS_ERR_EOF || (nd->c->err == REDIS_ERR_IO && errno != EAGAIN));
 }
 
-/* Classify one reply to @cmd, sent to node @from. */
-static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_node *from, redisReply *r,
+/*
+ * Classify one reply to @cmd, sent to node @from. Return: false if no server in step with its client
+ * sends it: a type the command never gets (an error is always one it may get); the command stays
+ * pending, and the caller fails the connection (see node_out_of_step()).
+ */
+static bool take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_node *from, redisReply *r,
 		       struct round_info *ri)
 {
 	unsigned slot;
@@ -566,7 +624,7 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 			idx = redirect_target(rc, from, r->str, &slot);
 			if (idx < 0) {
 				cmd->result = -EIO;
-				return;
+				return true;
 			}
 			ri->redirected = true;
 			if (r->str[0] == 'M') {
@@ -578,7 +636,7 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 				cmd->asking = true;
 				rc->n.ask++;
 			}
-			return;
+			return true;
 		}
 		if (!strncmp(r->str, "TRYAGAIN", 8) || !strncmp(r->str, "CLUSTERDOWN", 11) ||
 		    !strncmp(r->str, "LOADING", 7) || !strncmp(r->str, "MASTERDOWN", 10) ||
@@ -586,31 +644,57 @@ static void take_reply(struct rcluster *rc, struct rc_cmd *cmd, const struct rc_
 			ri->failed = true; /* a failover or resharding in progress: later */
 			if (rc->cluster)
 				rc->stale = true;
-			return;
+			return true;
 		}
 		cmd->result = -EIO;
-		return;
+		return true;
 	}
 	switch (cmd->op) {
 	case RC_GET:
 		if (r->type == REDIS_REPLY_NIL)
 			cmd->result = -ENOENT;
-		else if (r->type == REDIS_REPLY_STRING && (size_t)r->len == cmd->len) {
+		else if (r->type != REDIS_REPLY_STRING)
+			return false;
+		else if ((size_t)r->len == cmd->len) {
 			memcpy(cmd->buf, r->str, cmd->len);
 			cmd->result = 0;
 		} else
-			cmd->result = -EIO;
-		break;
+			cmd->result = -EIO; /* another value under our key: the seal would refuse it too */
+		return true;
 	case RC_SET:
-		cmd->result = r->type == REDIS_REPLY_STATUS ? 0 : -EIO;
-		break;
+		if (r->type != REDIS_REPLY_STATUS || r->len != 2 || memcmp(r->str, "OK", 2))
+			return false;
+		cmd->result = 0;
+		return true;
 	case RC_PEXPIRE:
-		cmd->result = r->type != REDIS_REPLY_INTEGER ? -EIO : r->integer ? 0 : -ENOENT;
-		break;
+		if (r->type != REDIS_REPLY_INTEGER)
+			return false;
+		cmd->result = r->integer ? 0 : -ENOENT;
+		return true;
 	default:
-		cmd->result = r->type == REDIS_REPLY_INTEGER ? 0 : -EIO;
-		break;
+		if (r->type != REDIS_REPLY_INTEGER)
+			return false;
+		cmd->result = 0;
+		return true;
 	}
+}
+
+/*
+ * Node @i answered what was not asked (a reply of the wrong type, or more replies than commands): its
+ * replies may be paired with the wrong commands: a SET may have taken another's +OK for its own while
+ * its own reply was a refusal, a GET a stray nil for "no such key" (which uswap_gc() takes for a dead
+ * instance). The connection is failed, and every reply it gave to this batch counts as none: the
+ * commands are pending again (a load tries them again, a store refuses its pages and deletes them).
+ */
+static void node_out_of_step(struct rcluster *rc, unsigned i, struct rc_cmd *cmds, size_t n,
+			     struct round_info *ri)
+{
+	ri->failed = true;
+	rc->n.out_of_step++;
+	node_fail(rc, &rc->nodes[i]);
+	for (size_t j = 0; j < n; j++)
+		if (cmds[j].node == i)
+			cmds[j].result = RC_PENDING;
 }
 
 /* Read one reply from @nd; on failure the node is failed and NULL returned. */
@@ -648,8 +732,8 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 	size_t len;
 
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
-		rc->nodes[i].nr_sent = rc->nodes[i].nr_sets = 0;
-		rc->nodes[i].wait_sent = rc->nodes[i].broken = false;
+		rc->nodes[i].nr_sent = rc->nodes[i].nr_sets = rc->nodes[i].nr_named = 0;
+		rc->nodes[i].ping_sent = rc->nodes[i].wait_sent = rc->nodes[i].broken = false;
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct rc_cmd *cmd = &cmds[i];
@@ -704,6 +788,7 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			redisAppendCommand(nd->c, cmd->op == RC_GET ? "GET %b" : "DEL %b", key, len);
 		nd->nr_sent++;
 		nd->nr_sets += cmd->op == RC_SET;
+		nd->nr_named += cmd->name != NULL;
 	}
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
 		struct rc_node *nd = &rc->nodes[i];
@@ -711,6 +796,16 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 
 		if (!nd->nr_sent || nd->broken)
 			continue;
+		/*
+		 * A PING after what a reply must be paired with for sure (a SET's acknowledgement, what
+		 * uswap_gc() decides on): a reply nobody asked for, before or among them, shifts a +OK
+		 * or another reply into its place (node_out_of_step()). A load's GET needs none: its page
+		 * is sealed to its key.
+		 */
+		if (nd->nr_sets || nd->nr_named) {
+			redisAppendCommand(nd->c, "PING");
+			nd->ping_sent = true;
+		}
 		if (replicas && nd->nr_sets) {
 			redisAppendCommand(nd->c, "WAIT %d %d", replicas, wait_ms);
 			nd->wait_sent = true;
@@ -739,12 +834,31 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			r = node_reply(rc, nd, ri);
 			if (!r)
 				continue;
-			freeReplyObject(r); /* +OK to ASKING */
+			bool ok = r->type == REDIS_REPLY_STATUS; /* +OK to ASKING */
+
+			freeReplyObject(r);
+			if (!ok) {
+				node_out_of_step(rc, cmd->node, cmds, n, ri);
+				continue;
+			}
 		}
 		r = node_reply(rc, nd, ri);
 		if (!r)
 			continue;
-		take_reply(rc, cmd, nd, r, ri);
+		if (!take_reply(rc, cmd, nd, r, ri))
+			node_out_of_step(rc, cmd->node, cmds, n, ri);
+		freeReplyObject(r);
+	}
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		struct rc_node *nd = &rc->nodes[i];
+		redisReply *r;
+
+		if (!nd->ping_sent || !(r = node_reply(rc, nd, ri)))
+			continue;
+		if (r->type != REDIS_REPLY_STATUS || strcmp(r->str, "PONG")) {
+			nd->wait_sent = false;
+			node_out_of_step(rc, i, cmds, n, ri);
+		}
 		freeReplyObject(r);
 	}
 	for (unsigned i = 0; i < rc->nr_nodes; i++) {
@@ -755,6 +869,11 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 		if (!nd->wait_sent)
 			continue;
 		r = node_reply(rc, nd, ri);
+		if (r && r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_ERROR) {
+			freeReplyObject(r);
+			node_out_of_step(rc, i, cmds, n, ri);
+			continue;
+		}
 		/* no answer: unknown whether replicas have them, send them again; too few: refuse them */
 		res = !r ? RC_PENDING : r->type == REDIS_REPLY_INTEGER && r->integer >= replicas ? 0 : -EIO;
 		if (r)
@@ -765,6 +884,13 @@ static void round_run(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int re
 			for (size_t j = 0; j < n; j++)
 				if (cmds[j].op == RC_SET && cmds[j].node == i && !cmds[j].result)
 					cmds[j].result = res;
+	}
+	/* every reply asked for is read: bytes left over are replies nobody asked for */
+	for (unsigned i = 0; i < rc->nr_nodes; i++) {
+		struct rc_node *nd = &rc->nodes[i];
+
+		if (nd->nr_sent && !nd->broken && node_has_extra(nd))
+			node_out_of_step(rc, i, cmds, n, ri);
 	}
 }
 
@@ -808,8 +934,7 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 		if (ri.stale_conn && !ri.conn_failed && !stale_retried) {
 			stale_retried = true;
 			rc->n.retry_rounds++;
-			for (unsigned i = 0; i < rc->nr_nodes; i++)
-				rc->nodes[i].retry_at_ms = 0; /* it was only an old connection */
+			rcluster_retry_now(rc); /* it was only an old connection */
 			continue;
 		}
 		break;
@@ -821,6 +946,12 @@ int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replic
 			ret = -EIO;
 	}
 	return ret;
+}
+
+void rcluster_retry_now(struct rcluster *rc)
+{
+	for (unsigned i = 0; i < rc->nr_nodes; i++)
+		rc->nodes[i].retry_at_ms = 0;
 }
 
 void rcluster_clone(struct rcluster *dst, const struct rcluster *src)

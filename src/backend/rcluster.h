@@ -29,8 +29,8 @@ struct rc_node {
 	int io_timeout_ms;      /* as set on c: the tier's timeout, or less when a load's deadline is near */
 	uint64_t thin_until_ms; /* WAIT found too few replicas: stores skip this node until then */
 	/* per round, while a batch runs */
-	unsigned nr_sent, nr_sets;
-	bool wait_sent, broken;
+	unsigned nr_sent, nr_sets, nr_named; /* named: the alive key, uswap_gc()'s commands */
+	bool ping_sent, wait_sent, broken;
 };
 
 /*
@@ -55,6 +55,7 @@ struct rc_cmd {
 
 struct rc_counters {
 	uint64_t moved, ask, reconnects, refreshes, retry_rounds, conn_errors;
+	uint64_t out_of_step; /* connections failed for a reply nobody asked for (node_out_of_step()) */
 };
 
 struct rcluster {
@@ -101,6 +102,11 @@ void rcluster_close(struct rcluster *rc);
  * Return: 0 if every command's result is 0, else -EIO; each cmd's result says more.
  */
 int rcluster_exec(struct rcluster *rc, struct rc_cmd *cmds, size_t n, int replicas, uint64_t deadline_ms);
+/*
+ * rcluster_retry_now() - forget that nodes failed: the next rcluster_exec() tries each again instead of
+ * skipping it for a while (the lease thread, whose renewals have a schedule of their own).
+ */
+void rcluster_retry_now(struct rcluster *rc);
 /*
  * rcluster_clone() - @dst talks to the same servers as the opened @src (its options, nodes and slot
  * map) over connections of its own, made when first used; for a second thread. Allocates nothing.

@@ -24,6 +24,8 @@
 #include "util/err.h"
 
 #define GC_DEL_BATCH 512
+/* SCAN steps of COUNT 1000 on one node: 4G buckets, more than any server holds keys */
+#define GC_SCAN_STEPS_MAX (1ul << 22)
 
 /* *@arr of *@cap elements of @size bytes, twice as long (at least @min). Return: 0 or -ENOMEM. */
 static int grow(void **arr, size_t *cap, size_t size, size_t min)
@@ -59,6 +61,12 @@ struct gc {
 	unsigned long long pidns;
 	int err;
 };
+
+/* The node @c went to (the first seed if it went nowhere), for messages. */
+static const struct rc_node *cmd_node(const struct gc *g, const struct rc_cmd *c)
+{
+	return &g->rc.nodes[c->node == RC_NO_NODE ? 0 : c->node];
+}
 
 static void gc_collect(const char *key, size_t len, void *arg)
 {
@@ -147,7 +155,8 @@ static long inst_get(struct gc *g, const char *p)
 
 		in->has_alive = true;
 		if (cmd.result == -EHOSTUNREACH)
-			return err_set(-EIO, "gc: cannot read %s", name);
+			return err_set(-EIO, "gc: cannot read %s from %s:%d", name, cmd_node(g, &cmd)->host,
+				       cmd_node(g, &cmd)->port);
 		if (cmd.result || lease_alive_parse(val, sizeof(val), &a)) {
 			in->alive = true; /* not ours to judge */
 			snprintf(in->why, sizeof(in->why), "%s is not a uswap alive key", name);
@@ -198,7 +207,9 @@ static int gc_delete(struct gc *g, int64_t *removed)
 			rcluster_exec(&g->rc, cmds, n, 0, 0);
 			for (size_t j = 0; j < n; j++) {
 				if (cmds[j].result)
-					ret = err_set(-EIO, "gc: DEL %s failed", cmds[j].name);
+					ret = err_set(-EIO, "gc: DEL %s on %s:%d failed", cmds[j].name,
+						      cmd_node(g, &cmds[j])->host,
+						      cmd_node(g, &cmds[j])->port);
 				else
 					(*removed)++;
 			}
@@ -231,18 +242,29 @@ int64_t uswap_gc(const char *tier, const char *match, int dry_run,
 	g->pidns = lease_pidns();
 	nm = rcluster_masters(&g->rc, masters);
 	for (unsigned m = 0; m < nm && !ret; m++) {
-		unsigned long long cursor = 0;
+		const struct rc_node *nd = &g->rc.nodes[masters[m]];
+		unsigned long long cursor = 0, sent;
+		unsigned long steps = 0;
 
-		do
+		do {
+			sent = cursor;
 			ret = rcluster_scan(&g->rc, masters[m], &cursor, match ? match : "uswap:*",
 					    gc_collect, g);
-		while (!ret && !g->err && cursor);
+			/* a cursor moves on at every step, and a SCAN ends: a server that says otherwise
+			 * would keep us here for ever */
+			if (!ret && cursor && (cursor == sent || ++steps > GC_SCAN_STEPS_MAX))
+				ret = err_set(
+					-EIO,
+					"gc: the SCAN of %s:%d does not end (cursor %llu after %lu steps)",
+					nd->host, nd->port, cursor, steps);
+		} while (!ret && !g->err && cursor);
 	}
 	if (!ret && g->err)
 		ret = g->err;
 	if (ret)
 		goto out;
-	qsort(g->keys, g->nr_keys, sizeof(*g->keys), cmp_str);
+	if (g->nr_keys) /* none found: keys is NULL, which qsort() must not get even for 0 */
+		qsort(g->keys, g->nr_keys, sizeof(*g->keys), cmp_str);
 	g->owner = ualloc_zero((g->nr_keys + 1) * sizeof(*g->owner));
 	if (!g->owner) {
 		ret = -ENOMEM;

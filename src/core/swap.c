@@ -150,6 +150,7 @@ int uswap_store(struct uswap *u, const void *src, size_t npages, uswap_id_t *idp
 	bool same[USWAP_FOLIO_MAX_PAGES];
 	uint32_t id;
 	size_t i = 0;
+	unsigned err_tier = 0;
 	int err = -ENOSPC;
 
 	if (npages < 1 || npages > USWAP_FOLIO_MAX_PAGES)
@@ -182,8 +183,10 @@ int uswap_store(struct uswap *u, const void *src, size_t npages, uswap_id_t *idp
 				i += (size_t)n;
 				break;
 			}
-			if (n < 0 && n != -ENOSPC)
+			if (n < 0 && n != -ENOSPC) {
 				err = (int)n;
+				err_tier = t;
+			}
 			/* a full pool wants writeback; an incompressible page does not */
 			if (backend_has(b, BACKEND_LRU) && t + 1 < u->nr_tiers &&
 			    atomic_load_explicit(&b->full, memory_order_relaxed))
@@ -215,8 +218,11 @@ out_undo:
 	store_undo(u, id, i, tiers, handles);
 	desc_free(&u->descs, id, (unsigned)npages);
 	atomic_fetch_add(&u->store_failures, 1);
-	return err_set(err, "no tier took page %zu of the folio (%s)", i,
-		       err == -ENOSPC ? "full or incompressible everywhere" : "tier error");
+	if (err == -ENOSPC)
+		return err_set(err, "no tier took page %zu of the folio (full or incompressible everywhere)",
+			       i);
+	return err_set(err, "no tier took page %zu of the folio: tier \"%s\" failed (%s)", i,
+		       u->tier[err_tier].spec, strerror(-err));
 }
 
 /* The head descriptor's meta of folio @id, or 0 when @id is not a folio. */
