@@ -702,11 +702,11 @@ static void descriptors_unseen(void)
 	snprintf(under_out, sizeof(under_out), "%s/under-redis.out", tmpdir);
 	snprintf(tier, sizeof(tier), "redis://127.0.0.1:%d", s.port);
 	char *argv[] = {uswap_bin, "run", "--limit", "32M", "--tiers", tier, "--", bin, NULL};
-	int st = run(argv, under_out, NULL);
+	int st = check_cmd(argv, under_out, NULL);
 
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	size_t la, lb;
-	char *a = slurp(plain_out, &la), *b = slurp(under_out, &lb);
+	char *a = check_slurp(plain_out, &la), *b = check_slurp(under_out, &lb);
 
 	CHECK(a && b && la > 0);
 	CHECK_EQ(lb, la);

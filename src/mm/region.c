@@ -27,10 +27,21 @@
  * mm's own memory (page and folio words, shadow ranges, staging): left out of a core dump
  * (MADV_DONTDUMP), where it was gigabytes of mostly unwritten pages that say nothing of the program.
  */
+#ifdef __SANITIZE_THREAD__
+/* TSan must see the mapping calls (no preload in its builds): an address reused unseen is a "race". */
+#define mm_mmap_call(len)                                                                                    \
+	(long)mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+#define mm_munmap_call(p, len) munmap(p, len)
+#else
+#define mm_mmap_call(len)                                                                                    \
+	syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,    \
+		-1, 0)
+#define mm_munmap_call(p, len) syscall(SYS_munmap, p, len)
+#endif
+
 void *mm_map_mem(size_t len)
 {
-	long p = syscall(SYS_mmap, NULL, len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	long p = mm_mmap_call(len);
 
 	if (p == -1)
 		return NULL;
@@ -41,7 +52,7 @@ void *mm_map_mem(size_t len)
 void mm_unmap_mem(void *p, size_t len)
 {
 	if (p)
-		syscall(SYS_munmap, p, len);
+		mm_munmap_call(p, len);
 }
 
 static size_t round_page(size_t n)
