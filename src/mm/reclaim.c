@@ -34,10 +34,8 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#define ROUND_PAGES 64 /* pages evicted per round under reclaim_lock */
-#define LOCK_CHUNK                                                                                           \
-	64                 /* folios handled per hold of tbl_lock (BATCH: one release a hold; a
-			    batching front hand: 2 * WINDOW_FOLIOS) */
+#define ROUND_PAGES     64 /* pages evicted per round under reclaim_lock */
+#define LOCK_CHUNK      64 /* folios a hand handles per hold of tbl_lock (a batching front hand: 256) */
 #define PASS_PER_FOLIO  64 /* folios a hand may pass over (nothing to do there) per folio it may handle */
 #define DRY_ROUNDS      8  /* a background run ends after this many rounds evicted nothing */
 #define DIRECT_STALL_MS 10 /* no direct reclaim for this long after a direct round freed nothing */
