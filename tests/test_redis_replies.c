@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -843,12 +844,13 @@ static void cluster_bad_slots(void)
 static long moved_anywhere(void *arg, const char *cmd, unsigned char *reply, size_t len, size_t cap,
 			   enum fake_action *action)
 {
-	unsigned *next = arg;
+	_Atomic unsigned *next = arg; /* read by the test's thread meanwhile */
 
 	(void)len, (void)action;
 	if (strcmp(cmd, "GET"))
 		return -1;
-	return snprintf((char *)reply, cap, "-MOVED 1 127.0.0.2:%u\r\n", 20000 + (*next)++ % 40000);
+	return snprintf((char *)reply, cap, "-MOVED 1 127.0.0.2:%u\r\n",
+			20000 + atomic_fetch_add(next, 1) % 40000);
 }
 
 /*
@@ -862,7 +864,7 @@ static void cluster_bad_redirects(void)
 {
 	static unsigned char pages[3 * PAGE_SIZE], back[PAGE_SIZE];
 	static char self_moved[64], self_ask[64], far[300], nowhere[64];
-	static unsigned moved_next;
+	static _Atomic unsigned moved_next;
 	struct fake_redis *f;
 	uswap_id_t ids[3];
 	struct uswap *u = NULL;
@@ -941,7 +943,7 @@ static void cluster_bad_redirects(void)
 	/* MOVED to 200 different nodes: more than the client keeps; the node it knows still serves */
 	guard("MOVED to 200 nodes");
 	fake_mutate(f, moved_anywhere, &moved_next);
-	for (int i = 0; i < 200 && moved_next < 200; i++)
+	for (int i = 0; i < 200 && atomic_load(&moved_next) < 200; i++)
 		CHECK_EQ(uswap_load(u, ids[1], back, 1), -EIO);
 	fake_clear(f);
 	pages_intact(u, pages, ids, 2);
