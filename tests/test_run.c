@@ -59,6 +59,20 @@ static int run_as(uid_t uid, char *const argv[], const char *out, const char *er
  * The same command plainly and under `uswap run --limit LIMIT [OPTS...]`: same exit status, same
  * output.
  */
+/* The program's output under uswap (@under) is the plain run's (@plain), byte for byte, and not empty. */
+static void check_same_files(const char *plain, const char *under)
+{
+	size_t la, lb;
+	char *a = check_slurp(plain, &la), *b = check_slurp(under, &lb);
+
+	CHECK(a && b && la > 0);
+	CHECK_EQ(lb, la);
+	if (a && b && la == lb)
+		CHECK_MEM(b, a, la);
+	free(a);
+	free(b);
+}
+
 static void same_output_opts(const char *limit, char *const opts[], char *const cmd[], bool expect_swapping)
 {
 	char plain_out[300], under_out[300], stats[300], *argv[32];
@@ -85,14 +99,7 @@ static void same_output_opts(const char *limit, char *const opts[], char *const 
 	CHECK_EQ(st_under, st_plain);
 	CHECK(WIFEXITED(st_plain) && WEXITSTATUS(st_plain) == 0);
 
-	size_t la, lb;
-	char *a = check_slurp(plain_out, &la), *b = check_slurp(under_out, &lb);
-	CHECK(a && b && la > 0);
-	CHECK_EQ(lb, la);
-	if (a && b && la == lb)
-		CHECK_MEM(b, a, la);
-	free(a);
-	free(b);
+	check_same_files(plain_out, under_out);
 
 	size_t ls;
 	char *js = check_slurp(stats, &ls);
@@ -187,12 +194,10 @@ static void auto_limit(void)
 	CHECK_EQ(check_cmd(plain, plain_out, NULL), 0);
 	CHECK_EQ(check_cmd(under, under_out, NULL), 0);
 
-	size_t la, lb, ls;
-	char *a = check_slurp(plain_out, &la), *b = check_slurp(under_out, &lb),
-	     *js = check_slurp(stats, &ls);
-	CHECK(a && b && la > 0 && la == lb);
-	if (a && b && la == lb)
-		CHECK_MEM(b, a, la);
+	size_t ls;
+	char *js = check_slurp(stats, &ls);
+
+	check_same_files(plain_out, under_out);
 	CHECK(js && strstr(js, "\"limit_auto\":true"));
 	long long peak = check_json_num(js, "peak_resident_bytes"), lowest = LLONG_MAX;
 	const char *q = js ? strstr(js, "\"limit_history\":{\"step_ms\":") : NULL;
@@ -211,8 +216,6 @@ static void auto_limit(void)
 	CHECK(peak > 100ll << 20); /* the program's heap was managed */
 	CHECK(lowest < peak - peak / 50);
 	CHECK(samples >= 5);
-	free(a);
-	free(b);
 	free(js);
 }
 
@@ -705,15 +708,7 @@ static void descriptors_unseen(void)
 	int st = check_cmd(argv, under_out, NULL);
 
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	size_t la, lb;
-	char *a = check_slurp(plain_out, &la), *b = check_slurp(under_out, &lb);
-
-	CHECK(a && b && la > 0);
-	CHECK_EQ(lb, la);
-	if (a && b && la == lb)
-		CHECK_MEM(b, a, la);
-	free(a);
-	free(b);
+	check_same_files(plain_out, under_out);
 	rserver_kill(&s);
 }
 
