@@ -29,16 +29,15 @@
 static void stale_flush(struct uswap_mm *m, const struct iovec *more, unsigned n)
 {
 	struct iovec iov[STALE_RANGES + RELEASE_RANGES];
-	unsigned ns = atomic_load(&m->nr_stale), k = n < RELEASE_RANGES ? n : RELEASE_RANGES;
+	unsigned ns = atomic_load(&m->nr_stale);
 
-	if (k)
-		memcpy(iov, more, k * sizeof(*iov));
+	assert(n <= RELEASE_RANGES); /* a release batch */
+	if (n)
+		memcpy(iov, more, n * sizeof(*iov));
 	if (ns)
-		memcpy(iov + k, m->stale_iov, ns * sizeof(*iov));
-	if (k + ns)
-		ranges_zap(m, iov, k + ns);
-	if (n > k)
-		ranges_zap(m, more + k, n - k);
+		memcpy(iov + n, m->stale_iov, ns * sizeof(*iov));
+	if (n + ns)
+		ranges_zap(m, iov, n + ns);
 	for (unsigned j = 0; j < ns; j++)
 		atomic_fetch_and(&m->stale_r[j]->folios[m->stale_fi[j]], ~FL_STALE);
 	atomic_store(&m->nr_stale, 0);

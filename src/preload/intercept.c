@@ -447,35 +447,39 @@ int __fxstat64(int ver, int fd, struct stat64 *st)
 	return f ? f(ver, fd, st) : fail_errno(ENOSYS);
 }
 
-/* fcntl's third argument, an int or a pointer, is read as glibc's fcntl reads it: as a pointer. */
-int fcntl(int fd, int cmd, ...)
+/* fcntl() or fcntl64() (@name, resolved into @next) on @fd, unless the descriptor is ours. */
+static int fcntl_next(void *_Atomic *next, const char *name, int fd, int cmd, void *arg)
 {
-	static void *_Atomic next;
-	fcntl_fn f = (fcntl_fn)next_fn(&next, "fcntl");
-	va_list ap;
-	void *arg;
+	fcntl_fn f = (fcntl_fn)next_fn(next, name);
 
-	va_start(ap, cmd);
-	arg = va_arg(ap, void *);
-	va_end(ap);
 	if (hidden_fd(fd))
 		return fail_errno(EBADF);
 	return f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
 }
 
-int fcntl64(int fd, int cmd, ...)
+/* fcntl's third argument, an int or a pointer, is read as glibc's fcntl reads it: as a pointer. */
+int fcntl(int fd, int cmd, ...)
 {
 	static void *_Atomic next;
-	fcntl_fn f = (fcntl_fn)next_fn(&next, "fcntl64");
 	va_list ap;
 	void *arg;
 
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
 	va_end(ap);
-	if (hidden_fd(fd))
-		return fail_errno(EBADF);
-	return f ? f(fd, cmd, arg) : fail_errno(ENOSYS);
+	return fcntl_next(&next, "fcntl", fd, cmd, arg);
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+	static void *_Atomic next;
+	va_list ap;
+	void *arg;
+
+	va_start(ap, cmd);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	return fcntl_next(&next, "fcntl64", fd, cmd, arg);
 }
 
 /* ---- threads the library starts carry the mark ---- */
