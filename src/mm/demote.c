@@ -287,15 +287,23 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 {
 	struct mm_region *r = w->r;
 	size_t n = w->end - w->first, moved = 0, left = 0;
-	uint8_t st[WINDOW_PAGES]; /* 0 not there, 1 mapped, 2 copied */
+	uint8_t st[WINDOW_PAGES], need[WINDOW_PAGES]; /* st: 0 not there, 1 mapped, 2 copied */
 	struct iovec iov[WINDOW_PAGES / 2 + 1];
 	unsigned nio = 0;
 
 	if (!w->n)
 		return 0;
 	assert(n <= WINDOW_PAGES);
+	memset(need, 0, n);
+	for (unsigned k = 0; k < w->n; k++) { /* the victims' present pages */
+		size_t first, end;
+
+		region_folio_pages(r, w->fi[k], &first, &end);
+		for (size_t i = first; i < end; i++)
+			need[i - w->first] = pg_kind(r->pages[i]) == PG_PRESENT;
+	}
 	if (uffd_protect(m->uffd, region_addr(r, w->first), n * MM_PAGE) ||
-	    uffd_pages_mapped(m, region_addr(r, w->first), n, st))
+	    uffd_pages_mapped(m, region_addr(r, w->first), n, need, st))
 		memset(st, 0, n); /* no copies: every victim goes by demote_pages() */
 	for (unsigned k = 0; k < w->n; k++) {
 		size_t first, end;

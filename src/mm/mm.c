@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -105,6 +106,21 @@ static bool mm_probe_fd(int fd)
 	return true;
 }
 
+/* Whether process_madvise(MADV_DONTNEED) takes PIDFD_SELF_THREAD_GROUP: tried on a page of our own. */
+static bool self_madvise_works(void)
+{
+	void *p = (void *)syscall(SYS_mmap, NULL, MM_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
+	struct iovec iov = {.iov_base = p, .iov_len = MM_PAGE};
+	bool ok;
+
+	if (p == MAP_FAILED)
+		return false;
+	ok = syscall(SYS_process_madvise, PIDFD_SELF_THREAD_GROUP, &iov, 1, MADV_DONTNEED, 0) == MM_PAGE;
+	syscall(SYS_munmap, p, MM_PAGE);
+	return ok;
+}
+
 int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 {
 	struct uswap_options so = {0};
@@ -134,7 +150,8 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	m->fault_around = fa;
 	m->uffd = m->uffd_shadow = m->stop_fd = -1;
 	/* Optional: without them reclaim releases and moves pages one range at a time. */
-	m->have_pidfd = mm_probe_fd((int)syscall(SYS_pidfd_open, m->pid, 0));
+	m->pidfd_self = self_madvise_works();
+	m->have_pidfd = m->pidfd_self || mm_probe_fd((int)syscall(SYS_pidfd_open, m->pid, 0));
 	m->have_pagemap = mm_probe_fd(open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
 	m->have_maps = mm_probe_fd(open("/proc/self/maps", O_RDONLY | O_CLOEXEC));
 	pthread_mutex_init(&m->reclaim_lock, NULL);

@@ -197,10 +197,11 @@ struct uswap_mm {
 	/*
 	 * What the kernel lets us use, probed at start; each is opened when used and closed after (an
 	 * instance holds no descriptor for them): a pidfd of ourselves for process_madvise() (many ranges
-	 * released with one TLB flush), /proc/self/pagemap (which pages a failed move really moved; else
+	 * released with one TLB flush; pidfd_self: the kernel takes PIDFD_SELF_THREAD_GROUP, Linux 6.14,
+	 * and no pidfd is opened), /proc/self/pagemap (which pages a failed move really moved; else
 	 * mincore), /proc/self/maps (where a vma ends, when a range crosses one: PROCMAP_QUERY).
 	 */
-	bool have_pidfd, have_pagemap, have_maps;
+	bool have_pidfd, pidfd_self, have_pagemap, have_maps;
 	pid_t pid; /* the process that created it: a fork child must not use it */
 
 	pthread_rwlock_t tbl_lock;
@@ -528,7 +529,7 @@ int uffd_protect(int uffd, uintptr_t start, size_t len);
  * Which of @n pages from @addr are mapped (present, or in the kernel's swap), into @out[j] (0/1).
  * Return: 0; -1 no mapping, or no way to tell.
  */
-int uffd_pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, uint8_t *out);
+int uffd_pages_mapped(struct uswap_mm *m, uintptr_t addr, size_t n, const uint8_t *need, uint8_t *out);
 /* A page whose data cannot be read back: later accesses get SIGBUS, as with a swap read error. */
 void uffd_poison(int uffd, uintptr_t addr, size_t len);
 

@@ -271,7 +271,9 @@ void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 
 	for (unsigned i = 0; i < n; i++)
 		total += iov[i].iov_len;
-	if (n > 1 && m->have_pidfd) {
+	if (m->pidfd_self) {
+		done = syscall(SYS_process_madvise, PIDFD_SELF_THREAD_GROUP, iov, n, MADV_DONTNEED, 0);
+	} else if (n > 1 && m->have_pidfd) {
 		int pidfd = (int)syscall(SYS_pidfd_open, m->pid, 0);
 
 		if (pidfd >= 0) {

@@ -111,6 +111,11 @@ struct pm_scan_arg {
 #define PAGEMAP_SCAN _IOWR('f', 16, struct pm_scan_arg)
 #endif
 
+/* process_madvise() and other pidfd calls on ourselves without a pidfd (6.14). */
+#ifndef PIDFD_SELF_THREAD_GROUP
+#define PIDFD_SELF_THREAD_GROUP (-10001)
+#endif
+
 /* PROCMAP_QUERY (6.11): ioctl on /proc/self/maps describing the vma at an address. */
 #ifndef PROCMAP_QUERY
 #define PROCMAP_QUERY_VMA_READABLE   0x01
