@@ -278,6 +278,92 @@ static void window_unprotect(struct uswap_mm *m, struct demote_window *w)
 			folio_unlock(&r->folios[f0 + j]);
 }
 
+/* Merge [base, base + len) into the last of @v's @n ranges when it continues it; else a new one. */
+static void iov_add(struct iovec *v, unsigned *n, uintptr_t base, size_t len)
+{
+	if (*n && (uintptr_t)v[*n - 1].iov_base + v[*n - 1].iov_len == base) {
+		v[*n - 1].iov_len += len;
+	} else {
+		v[*n].iov_base = (void *)base;
+		v[(*n)++].iov_len = len;
+	}
+}
+
+#define SLOT_CHUNK 64 /* pages a process_vm_readv() of window_to_slots() reads */
+
+/*
+ * Step 2 with the slot store: the pages @pg[0..@np) (window offsets) are read into free slots, with
+ * one process_vm_readv() (no page fault: the slots are warm, the pages mapped; a page unmapped under
+ * us ends the read, and the rest stay where they are). The copied ones are marked 2 in @st, their
+ * slots in @slot, their program ranges added to @iov for the zap. Return: pages copied.
+ */
+static size_t chunk_to_slots(struct uswap_mm *m, struct demote_window *w, const size_t *pg, size_t np,
+			     uint8_t *st, uint32_t *slot, struct iovec *iov, unsigned *nio)
+{
+	struct mm_region *r = w->r;
+	struct iovec local[SLOT_CHUNK], remote[SLOT_CHUNK];
+	uint32_t sl[SLOT_CHUNK];
+	unsigned nl = 0, nr = 0;
+	size_t got = slot_get(m, np, sl), c = 0;
+	ssize_t b;
+
+	for (size_t j = 0; j < got; j++) {
+		iov_add(local, &nl, slot_addr(m, sl[j]), MM_PAGE);
+		iov_add(remote, &nr, region_addr(r, w->first + pg[j]), MM_PAGE);
+	}
+	b = got ? process_vm_readv(m->pid, local, nl, remote, nr, 0) : 0;
+	if (b > 0)
+		c = (size_t)b / MM_PAGE;
+	for (size_t j = 0; j < c; j++) {
+		st[pg[j]] = 2;
+		slot[pg[j]] = sl[j];
+		iov_add(iov, nio, region_addr(r, w->first + pg[j]), MM_PAGE);
+	}
+	if (got > c)
+		slot_put(m, sl + c, got - c);
+	return c;
+}
+
+/*
+ * Step 2 into the slot store: the victims' mapped present pages, SLOT_CHUNK at a time. *left: pages
+ * that stayed (no free slot, or unmapped under us). Return: pages copied.
+ */
+static size_t window_to_slots(struct uswap_mm *m, struct demote_window *w, uint8_t *st, uint32_t *slot,
+			      struct iovec *iov, unsigned *nio, size_t *left)
+{
+	struct mm_region *r = w->r;
+	size_t pg[SLOT_CHUNK], np = 0, copied = 0;
+
+	for (unsigned k = 0; k < w->n; k++) {
+		size_t first, end;
+
+		region_folio_pages(r, w->fi[k], &first, &end);
+		for (size_t i = first; i < end; i++) {
+			if (pg_kind(r->pages[i]) != PG_PRESENT)
+				continue;
+			if (st[i - w->first] != 1) {
+				++*left;
+				continue;
+			}
+			pg[np++] = i - w->first;
+			if (np == SLOT_CHUNK) {
+				size_t c = chunk_to_slots(m, w, pg, np, st, slot, iov, nio);
+
+				copied += c;
+				*left += np - c;
+				np = 0;
+			}
+		}
+	}
+	if (np) {
+		size_t c = chunk_to_slots(m, w, pg, np, st, slot, iov, nio);
+
+		copied += c;
+		*left += np - c;
+	}
+	return copied;
+}
+
 /*
  * Demote the window's victims (steps 1-4 above), then let each go: summarized and unlocked. Pages
  * that did not copy go through demote_pages(); one shared with a fork child there (-EBUSY) is noted
@@ -288,6 +374,7 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 	struct mm_region *r = w->r;
 	size_t n = w->end - w->first, moved = 0, left = 0;
 	uint8_t st[WINDOW_PAGES], need[WINDOW_PAGES]; /* st: 0 not there, 1 mapped, 2 copied */
+	uint32_t slot[WINDOW_PAGES];
 	struct iovec iov[WINDOW_PAGES / 2 + 1];
 	unsigned nio = 0;
 
@@ -305,7 +392,9 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 	if (uffd_protect(m->uffd, region_addr(r, w->first), n * MM_PAGE) ||
 	    uffd_pages_mapped(m, region_addr(r, w->first), n, need, st))
 		memset(st, 0, n); /* no copies: every victim goes by demote_pages() */
-	for (unsigned k = 0; k < w->n; k++) {
+	if (m->slot_base)
+		window_to_slots(m, w, st, slot, iov, &nio, &left);
+	for (unsigned k = 0; k < w->n && !m->slot_base; k++) {
 		size_t first, end;
 
 		region_folio_pages(r, w->fi[k], &first, &end);
@@ -324,14 +413,7 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 				  c * MM_PAGE, false, false, &done);
 			done /= MM_PAGE;
 			if (done) {
-				struct iovec *last = nio ? &iov[nio - 1] : NULL;
-
-				if (last && (uintptr_t)last->iov_base + last->iov_len == region_addr(r, i)) {
-					last->iov_len += done * MM_PAGE;
-				} else {
-					iov[nio].iov_base = (void *)region_addr(r, i);
-					iov[nio++].iov_len = done * MM_PAGE;
-				}
+				iov_add(iov, &nio, region_addr(r, i), done * MM_PAGE);
 				memset(st + (i - w->first), 2, done);
 			}
 			left += done < c; /* page i + done would not copy; the run goes on after it */
@@ -340,9 +422,18 @@ size_t demote_window_flush(struct uswap_mm *m, struct demote_window *w, struct h
 	}
 	if (nio)
 		ranges_zap(m, iov, nio);
-	for (size_t j = 0; j < n; j++) /* in demoted()'s terms: copied pages are in the shadow now */
-		st[j] = st[j] == 2 ? MV_MOVED : MV_LEFT;
-	moved = demoted(m, r, w->first, n, st);
+	if (m->slot_base) {
+		for (size_t j = 0; j < n; j++)
+			if (st[j] == 2) {
+				r->pages[w->first + j] = pg_to_slot(r->pages[w->first + j], slot[j]);
+				moved++;
+			}
+		atomic_fetch_add(&m->inactive, moved);
+	} else {
+		for (size_t j = 0; j < n; j++) /* in demoted()'s terms: copied pages are in the shadow now */
+			st[j] = st[j] == 2 ? MV_MOVED : MV_LEFT;
+		moved = demoted(m, r, w->first, n, st);
+	}
 	if (moved)
 		atomic_fetch_add(&m->c.demotions, 1);
 	window_unprotect(m, w);

@@ -63,6 +63,7 @@ static void mm_free(struct uswap_mm *m)
 	mm_unmap_mem(m->fork_ranges, m->fork_ranges_cap * sizeof(*m->fork_ranges));
 	if (m->tbl)
 		region_table_destroy(m);
+	slot_fini(m); /* after the regions: their inactive pages are in it */
 	if (m->swap)
 		uswap_destroy(m->swap);
 	mm_close_fds(m);
@@ -218,6 +219,9 @@ int uswap_mm_create(struct uswap_mm **out, const struct uswap_mm_options *o)
 	for (unsigned i = 0; i < m->nr_stages; i++)
 		if (!(m->stages[i] = mm_map_mem(MM_FOLIO_MAX)))
 			goto out_free;
+	/* Batched demotion copies into the slot store when it works here (else into region shadows). */
+	if (m->discards_reported)
+		slot_init(m);
 	ret = region_table_init(m);
 	if (ret)
 		goto out_free;

@@ -13,8 +13,9 @@
  * Page states (one 64-bit word per page, region->pages[]):
  *  NONE     not mapped, no copy: the next touch is zero-filled
  *  PRESENT  mapped in the program's range
- *  SHADOW   inactive: moved (UFFDIO_MOVE) out of the program's range into the region's shadow range,
- *           still in memory; a touch brings it back without a load (a soft fault)
+ *  SHADOW   inactive: out of the program's range, still in memory: copied into a slot of the
+ *           instance's slot store (PG_SLOT), or moved (UFFDIO_MOVE) into the region's shadow range;
+ *           a touch brings it back without a load (a soft fault)
  *  SWAPPED  only in the swap layer, as page idx of swap folio id
  * PG_POISON on a NONE page: its swap-in failed (the data is gone) and the kernel holds a poison
  * marker there, so every touch gets SIGBUS; it is never filled (a zero-fill would install zeros over
@@ -58,6 +59,11 @@ enum { PG_NONE = 0, PG_PRESENT = 1, PG_SHADOW = 2, PG_SWAPPED = 3 };
 #define PG_IDX_MASK  (511ull << PG_IDX_SHIFT)
 #define PG_ID_SHIFT  32
 #define PG_POISON    (1ull << 12) /* on a NONE page, see above */
+/* On a SHADOW page: its data is in slot pg_slot() of the slot store, not in the region's shadow. */
+#define PG_SLOT       (1ull << 13)
+#define PG_SLOT_SHIFT 14
+#define PG_SLOT_BITS  18
+#define PG_SLOT_MASK  (((1ull << PG_SLOT_BITS) - 1) << PG_SLOT_SHIFT)
 
 static inline unsigned pg_kind(uint64_t w)
 {
@@ -78,6 +84,24 @@ static inline bool pg_has_copy(uint64_t w)
 static inline uint64_t pg_make(unsigned kind, uint32_t id, unsigned idx, bool clean)
 {
 	return (uint64_t)id << PG_ID_SHIFT | (uint64_t)idx << PG_IDX_SHIFT | (clean ? PG_CLEAN : 0) | kind;
+}
+static inline bool pg_slotted(uint64_t w)
+{
+	return w & PG_SLOT;
+}
+static inline uint32_t pg_slot(uint64_t w)
+{
+	return (uint32_t)((w & PG_SLOT_MASK) >> PG_SLOT_SHIFT);
+}
+/* The word of a page going to slot @s: a SHADOW page that keeps its swap copy and clean bit. */
+static inline uint64_t pg_to_slot(uint64_t w, uint32_t s)
+{
+	return (w & ~(PG_KIND_MASK | PG_SLOT_MASK)) | PG_SLOT | (uint64_t)s << PG_SLOT_SHIFT | PG_SHADOW;
+}
+/* The word of a SHADOW page leaving the shadow (its kind is set next), without its slot. */
+static inline uint64_t pg_unslot(uint64_t w)
+{
+	return w & ~(PG_SLOT | PG_SLOT_MASK);
 }
 /* Page @b continues the swap run of page @a: same folio id, next index. */
 static inline bool pg_copy_follows(uint64_t a, uint64_t b)
@@ -274,6 +298,21 @@ struct uswap_mm {
 	size_t stale_fi[STALE_RANGES];
 	_Atomic unsigned nr_stale; /* written under stale_lock, read without it to skip an empty list */
 	size_t stale_pages;
+
+	/*
+	 * The slot store (region.c): where batched demotion copies inactive pages, SLOTS_MAX pages of
+	 * address space (mm memory, never registered), populated as used. A free slot stays populated
+	 * (warm) so that the next demotion copies into it without a page fault and eviction frees it
+	 * without a zap (no TLB flush); beyond slot_spare_max() warm ones, the extra are zapped (cold).
+	 * slot_stack: [0, slot_warm) warm free slots, [SLOTS_MAX - slot_cold, SLOTS_MAX) cold ones;
+	 * slots from slot_next on were never used. NULL slot_base: no store (the window copies into
+	 * the region's shadow range with UFFDIO_COPY).
+	 */
+#define SLOTS_MAX (1u << PG_SLOT_BITS) /* 1 GiB of inactive pages */
+	unsigned char *slot_base;
+	uint32_t *slot_stack;
+	uint32_t slot_warm, slot_cold, slot_next;
+	pthread_mutex_t slot_lock;
 
 	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */
 	uint64_t ev_read;            /* events read so far; protected by ev_lock */
@@ -475,6 +514,30 @@ void folio_unlock(_Atomic uint32_t *f);
  * Context: folio locked (or tbl_lock held for writing).
  */
 void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi);
+/*
+ * The slot store (see struct uswap_mm). slot_get(): up to @n free slots into @out, warm ones first,
+ * in ascending order (runs of a folio stay contiguous when they can); Return: how many (fewer when
+ * the store is full). slot_put(): @n slots free again (warm; the extra beyond the spare are zapped).
+ */
+int slot_init(struct uswap_mm *m);
+void slot_fini(struct uswap_mm *m);
+size_t slot_get(struct uswap_mm *m, size_t n, uint32_t *out);
+void slot_put(struct uswap_mm *m, const uint32_t *s, size_t n);
+static inline uintptr_t slot_addr(const struct uswap_mm *m, uint32_t s)
+{
+	return (uintptr_t)m->slot_base + ((uintptr_t)s << MM_PAGE_SHIFT);
+}
+/* Where the data of SHADOW page @i of @r is: its slot, or its place in the region's shadow range. */
+static inline uintptr_t page_shadow(const struct uswap_mm *m, const struct mm_region *r, size_t i)
+{
+	return pg_slotted(r->pages[i]) ? slot_addr(m, pg_slot(r->pages[i])) : region_shadow(r, i);
+}
+/* Shadow page @j continues a run of @i's (same kind of place, next address): one copy takes both. */
+static inline bool shadow_follows(const struct uswap_mm *m, const struct mm_region *r, size_t i, size_t j)
+{
+	return pg_slotted(r->pages[i]) == pg_slotted(r->pages[j]) &&
+	       page_shadow(m, r, j) == page_shadow(m, r, i) + MM_PAGE;
+}
 /* Release the swap copies of pages [first, end) that have one (runs). */
 void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
 /* Drop pages [first, end) of the region to NONE, whatever they are; accounting follows. */

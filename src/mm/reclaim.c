@@ -257,12 +257,30 @@ static void auto_tick(struct uswap_mm *m)
 
 /* ---- the hands ---- */
 
-/* A store no tier took: the folio goes back where it was, dirty and resident. */
+/*
+ * A store no tier took: the run goes back where it was, dirty and resident (from the slot store by
+ * copy, its slots then free; from the region's shadow by move).
+ */
 static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n)
 {
 	uint8_t st[MV_MAX_PAGES];
 	size_t dp = 0;
 
+	if (pg_slotted(r->pages[i])) {
+		uint32_t s[MV_MAX_PAGES];
+		size_t done = 0;
+
+		uffd_copy_vmas(m, region_addr(r, i), (void *)page_shadow(m, r, i), n * MM_PAGE, false, false,
+			       &done);
+		dp = done / MM_PAGE;
+		for (size_t j = 0; j < dp; j++) {
+			s[j] = pg_slot(r->pages[i + j]);
+			r->pages[i + j] = (pg_unslot(r->pages[i + j]) & ~PG_KIND_MASK) | PG_PRESENT;
+		}
+		slot_put(m, s, dp);
+		atomic_fetch_sub(&m->inactive, dp);
+		return;
+	}
 	uffd_move(m, m->uffd, region_addr(r, i), region_shadow(r, i), n, false, st);
 	for (size_t j = 0; j < n; j++) {
 		if (st[j] == MV_MOVED) {
@@ -320,10 +338,12 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 	region_folio_pages(r, fi, &first, &end);
 	for (size_t i = first; i < end;) {
 		size_t n = 0;
-		bool clean = true;
+		bool clean = true, slotted;
+		uint32_t slots[MV_MAX_PAGES];
 		uswap_id_t id;
 
-		while (i + n < end && pg_kind(r->pages[i + n]) == PG_SHADOW) {
+		while (i + n < end && pg_kind(r->pages[i + n]) == PG_SHADOW &&
+		       (!n || shadow_follows(m, r, i + n - 1, i + n))) {
 			clean = clean && (r->pages[i + n] & PG_CLEAN) &&
 				(!n || pg_copy_follows(r->pages[i + n - 1], r->pages[i + n]));
 			n++;
@@ -332,16 +352,20 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 			i++;
 			continue;
 		}
+		slotted = pg_slotted(r->pages[i]);
+		for (size_t j = 0; slotted && j < n; j++)
+			slots[j] = pg_slot(r->pages[i + j]);
 		if (clean) {
 			for (size_t j = 0; j < n; j++)
-				r->pages[i + j] = (r->pages[i + j] & ~(PG_KIND_MASK | PG_CLEAN)) | PG_SWAPPED;
+				r->pages[i + j] =
+					(pg_unslot(r->pages[i + j]) & ~(PG_KIND_MASK | PG_CLEAN)) | PG_SWAPPED;
 			atomic_fetch_add(&m->c.clean_evictions, 1);
 			if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) < WP_SCORE_MAX)
 				atomic_fetch_add_explicit(&m->wp_score, 1, memory_order_relaxed);
 		} else {
 			uint64_t t0 = mono_ns();
 
-			ret = uswap_store(m->swap, (const void *)region_shadow(r, i), n, &id);
+			ret = uswap_store(m->swap, (const void *)page_shadow(m, r, i), n, &id);
 			atomic_fetch_add_explicit(&m->c.store_ns, mono_ns() - t0, memory_order_relaxed);
 			if (ret) {
 				atomic_fetch_add(&m->c.store_failures, 1);
@@ -353,7 +377,12 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 			for (size_t j = 0; j < n; j++)
 				r->pages[i + j] = pg_make(PG_SWAPPED, (uint32_t)id, (unsigned)j, false);
 		}
-		batch_add(m, b, region_shadow(r, i), n);
+		if (slotted) { /* stored: the slots are free again, and warm (no zap) */
+			slot_put(m, slots, n);
+			b->pages += n;
+		} else {
+			batch_add(m, b, region_shadow(r, i), n);
+		}
 		freed += n;
 		i += n;
 	}

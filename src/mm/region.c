@@ -13,9 +13,11 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "mm/mm.h"
@@ -188,33 +190,44 @@ void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, siz
 {
 	free_copies(m, r->pages, first, end, true);
 	for (size_t i = first; i < end; i++)
-		if (pg_kind(r->pages[i]) != PG_SWAPPED && (r->pages[i] & PG_CLEAN))
-			r->pages[i] = pg_make(pg_kind(r->pages[i]), 0, 0, false);
+		if (pg_kind(r->pages[i]) != PG_SWAPPED && (r->pages[i] & PG_CLEAN)) /* a slot stays */
+			r->pages[i] &= PG_KIND_MASK | PG_SLOT | PG_SLOT_MASK;
 }
 
 void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end)
 {
 	uint64_t resident = 0, inactive = 0;
-	size_t run = 0;
+	uint32_t slots[64];
+	size_t run = 0, ns = 0;
 
 	free_copies(m, r->pages, first, end, false);
 	for (size_t i = first; i < end; i++) {
 		unsigned k = pg_kind(r->pages[i]);
+		bool slotted = k == PG_SHADOW && pg_slotted(r->pages[i]);
 
 		if (k == PG_PRESENT || k == PG_SHADOW)
 			resident++;
-		if (k == PG_SHADOW) {
-			inactive++;
+		inactive += k == PG_SHADOW;
+		if (k == PG_SHADOW && !slotted) {
 			run++;
 		} else if (run) {
 			umadvise((void *)region_shadow(r, i - run), run * MM_PAGE, MADV_DONTNEED);
 			run = 0;
+		}
+		if (slotted) {
+			slots[ns++] = pg_slot(r->pages[i]);
+			if (ns == 64) {
+				slot_put(m, slots, ns);
+				ns = 0;
+			}
 		}
 		if (r->pages[i]) /* a sparse region's untouched words stay untouched memory */
 			r->pages[i] = 0;
 	}
 	if (run)
 		umadvise((void *)region_shadow(r, end - run), run * MM_PAGE, MADV_DONTNEED);
+	if (ns)
+		slot_put(m, slots, ns);
 	atomic_fetch_sub(&m->resident, resident);
 	atomic_fetch_sub(&m->inactive, inactive);
 }
@@ -286,6 +299,116 @@ void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 	/* A kernel without DONTNEED in process_madvise (before 6.13), or a partial result. */
 	for (unsigned i = 0; i < n; i++)
 		umadvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED);
+}
+
+/* ---- the slot store ---- */
+
+/*
+ * Warm free slots kept beyond those in use: a quarter of the inactive target (what eviction frees
+ * between two refills of the inactive list), at least 64, at most 4096 (16 MiB). They are memory
+ * outside the limit, like mm's own metadata.
+ */
+static uint32_t slot_spare_max(struct uswap_mm *m)
+{
+	uint64_t t = atomic_load(&m->inactive_target_pages) / 4;
+
+	return t < 64 ? 64 : t > 4096 ? 4096 : (uint32_t)t;
+}
+
+/*
+ * The store works only where process_vm_readv() on ourselves does (a seccomp filter may refuse it):
+ * tried on its first slot, which stays warm.
+ */
+int slot_init(struct uswap_mm *m)
+{
+	struct iovec to, from = {.iov_base = m->zero, .iov_len = MM_PAGE};
+
+	m->slot_base = mm_map_mem((size_t)SLOTS_MAX * MM_PAGE);
+	m->slot_stack = mm_map_mem(SLOTS_MAX * sizeof(uint32_t));
+	if (!m->slot_base || !m->slot_stack)
+		goto none;
+	umadvise(m->slot_base, (size_t)SLOTS_MAX * MM_PAGE, MADV_NOHUGEPAGE);
+	umadvise(m->slot_base, (size_t)SLOTS_MAX * MM_PAGE, MADV_DONTFORK);
+	to = (struct iovec){.iov_base = m->slot_base, .iov_len = MM_PAGE};
+	if (process_vm_readv(m->pid, &to, 1, &from, 1, 0) != (ssize_t)MM_PAGE)
+		goto none;
+	pthread_mutex_init(&m->slot_lock, NULL);
+	m->slot_stack[0] = 0;
+	m->slot_warm = 1;
+	m->slot_next = 1;
+	return 0;
+none:
+	slot_fini(m);
+	return -EOPNOTSUPP;
+}
+
+void slot_fini(struct uswap_mm *m)
+{
+	if (m->slot_base && m->slot_stack)
+		pthread_mutex_destroy(&m->slot_lock);
+	mm_unmap_mem(m->slot_base, (size_t)SLOTS_MAX * MM_PAGE);
+	mm_unmap_mem(m->slot_stack, SLOTS_MAX * sizeof(uint32_t));
+	m->slot_base = NULL;
+	m->slot_stack = NULL;
+}
+
+static int slot_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+size_t slot_get(struct uswap_mm *m, size_t n, uint32_t *out)
+{
+	size_t k = 0;
+
+	pthread_mutex_lock(&m->slot_lock);
+	while (k < n && m->slot_warm)
+		out[k++] = m->slot_stack[--m->slot_warm];
+	while (k < n && m->slot_cold)
+		out[k++] = m->slot_stack[SLOTS_MAX - m->slot_cold--];
+	while (k < n && m->slot_next < SLOTS_MAX)
+		out[k++] = m->slot_next++;
+	pthread_mutex_unlock(&m->slot_lock);
+	qsort(out, k, sizeof(*out), slot_cmp);
+	return k;
+}
+
+void slot_put(struct uswap_mm *m, const uint32_t *s, size_t n)
+{
+	uint32_t spare = slot_spare_max(m), zap[64];
+	struct iovec iov[64];
+
+	pthread_mutex_lock(&m->slot_lock);
+	for (size_t i = 0; i < n; i++)
+		m->slot_stack[m->slot_warm++] = s[i];
+	/* Past twice the spare, back down to it: the extra slots' pages go, 64 slots a zap. */
+	if (m->slot_warm <= 2 * spare) {
+		pthread_mutex_unlock(&m->slot_lock);
+		return;
+	}
+	while (m->slot_warm > spare) {
+		unsigned nz = 0, ni = 0;
+
+		while (nz < 64 && m->slot_warm > spare)
+			zap[nz++] = m->slot_stack[--m->slot_warm];
+		pthread_mutex_unlock(&m->slot_lock);
+		qsort(zap, nz, sizeof(*zap), slot_cmp);
+		for (unsigned j = 0; j < nz; j++) {
+			if (ni && zap[j] == zap[j - 1] + 1) {
+				iov[ni - 1].iov_len += MM_PAGE;
+			} else {
+				iov[ni].iov_base = (void *)slot_addr(m, zap[j]);
+				iov[ni++].iov_len = MM_PAGE;
+			}
+		}
+		ranges_zap(m, iov, ni);
+		pthread_mutex_lock(&m->slot_lock);
+		for (unsigned j = 0; j < nz; j++)
+			m->slot_stack[SLOTS_MAX - ++m->slot_cold] = zap[j];
+	}
+	pthread_mutex_unlock(&m->slot_lock);
 }
 
 /* ---- the table ---- */

@@ -119,19 +119,32 @@ static int in_swapped(struct uswap_mm *m, unsigned char *stage, struct mm_region
 static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t i, size_t n, bool write,
 		     bool wake)
 {
-	bool clean = r->pages[i] & PG_CLEAN, keep = clean && !write;
+	bool clean = r->pages[i] & PG_CLEAN, keep = clean && !write, slotted = pg_slotted(r->pages[i]);
+	uintptr_t from = page_shadow(m, r, i);
 	size_t done, dp;
-	int ret = uffd_copy_vmas(m, region_addr(r, i), (void *)region_shadow(r, i), n * MM_PAGE, keep, wake,
-				 &done);
+	int ret = uffd_copy_vmas(m, region_addr(r, i), (void *)from, n * MM_PAGE, keep, wake, &done);
 
 	dp = done / MM_PAGE;
 	if (!dp)
 		return ret;
 	if (clean && !keep)
 		pages_put_copies(m, r, i, i + dp);
+	if (slotted) { /* the run's slots are consecutive: free again, and warm */
+		uint32_t s[64];
+
+		for (size_t j = 0; j < dp; j += 64) {
+			size_t c = dp - j < 64 ? dp - j : 64;
+
+			for (size_t k = 0; k < c; k++)
+				s[k] = pg_slot(r->pages[i + j + k]);
+			slot_put(m, s, c);
+		}
+	}
 	for (size_t j = 0; j < dp; j++)
-		r->pages[i + j] = keep ? (r->pages[i + j] & ~PG_KIND_MASK) | PG_PRESENT : PG_PRESENT;
-	stale_add(m, r, fi, region_shadow(r, i), dp);
+		r->pages[i + j] =
+			keep ? (pg_unslot(r->pages[i + j]) & ~PG_KIND_MASK) | PG_PRESENT : PG_PRESENT;
+	if (!slotted)
+		stale_add(m, r, fi, from, dp);
 	atomic_fetch_sub(&m->inactive, dp);
 	return ret;
 }
@@ -167,6 +180,7 @@ int swapin_folio(struct uswap_mm *m, unsigned char *stage, struct mm_region *r, 
 			break;
 		case PG_SHADOW:
 			while (i + n < end && pg_kind(r->pages[i + n]) == PG_SHADOW &&
+			       shadow_follows(m, r, i + n - 1, i + n) &&
 			       (r->pages[i + n] & PG_CLEAN) == (w & PG_CLEAN) &&
 			       (!(w & PG_CLEAN) || pg_copy_follows(r->pages[i + n - 1], r->pages[i + n])))
 				n++;

@@ -85,6 +85,7 @@ static uintptr_t touched_next(struct touched *t, uintptr_t a)
 struct mm_sums {
 	uint64_t resident, inactive, swapped, clean, copies;
 	uint64_t *refs;    /* bit per descriptor number: named by a page word */
+	uint64_t *slots;   /* bit per slot of the slot store: named by a page word */
 	uint64_t id_limit; /* descriptor numbers below it */
 };
 
@@ -94,6 +95,16 @@ static int validate_page(struct uswap_mm *m, struct mm_region *r, size_t i, stru
 	unsigned k = pg_kind(w);
 	uintptr_t a = region_addr(r, i);
 
+	if (k == PG_SHADOW && pg_slotted(w)) {
+		if (!m->slot_base || pg_slot(w) >= m->slot_next)
+			return err_invariant("page %#lx (region %#lx): in slot %u, which the store never gave",
+					     (unsigned long)a, (unsigned long)r->start, pg_slot(w));
+		if (s->slots[pg_slot(w) / 64] >> (pg_slot(w) % 64) & 1)
+			return err_invariant("page %#lx (region %#lx): slot %u is another page's too",
+					     (unsigned long)a, (unsigned long)r->start, pg_slot(w));
+		s->slots[pg_slot(w) / 64] |= 1ull << (pg_slot(w) % 64);
+		w = pg_unslot(w);
+	}
 	if (w & ~(PG_KIND_MASK | PG_CLEAN | PG_IDX_MASK | ~0ull << PG_ID_SHIFT))
 		return err_invariant("page %#lx (region %#lx): word %#llx has bits outside its fields",
 				     (unsigned long)a, (unsigned long)r->start, (unsigned long long)w);
@@ -232,7 +243,8 @@ static int validate_region(struct uswap_mm *m, struct mm_region *r, struct mm_su
 int mm_validate(struct uswap_mm *m)
 {
 	struct mm_sums s = {0};
-	size_t refs_bytes = 0;
+	size_t refs_bytes = 0, slots_bytes = SLOTS_MAX / 8;
+	uint64_t in_slots = 0;
 	int ret = 0, pagemap;
 
 	if (mm_in_child(m))
@@ -243,7 +255,8 @@ int mm_validate(struct uswap_mm *m)
 	s.id_limit = uswap_debug_id_limit(m->swap);
 	refs_bytes = (s.id_limit / 64 + 1) * sizeof(uint64_t);
 	s.refs = mm_map_mem(refs_bytes);
-	if (!s.refs) {
+	s.slots = mm_map_mem(slots_bytes);
+	if (!s.refs || !s.slots) {
 		ret = -ENOMEM;
 		goto out_unlock;
 	}
@@ -278,6 +291,14 @@ int mm_validate(struct uswap_mm *m)
 			(unsigned long long)s.clean);
 		goto out_unlock;
 	}
+	/* Every slot the store gave is in one place: a page word, the warm or the cold free slots. */
+	for (size_t j = 0; j < SLOTS_MAX / 64; j++)
+		in_slots += (uint64_t)__builtin_popcountll(s.slots[j]);
+	if (m->slot_base && in_slots + m->slot_warm + m->slot_cold != m->slot_next) {
+		ret = err_invariant("slot store: %llu slots in pages, %u warm and %u cold free, %u given out",
+				    (unsigned long long)in_slots, m->slot_warm, m->slot_cold, m->slot_next);
+		goto out_unlock;
+	}
 	/* Distinct live pages, as many as the layer has: no page of the layer is lost to mm. */
 	if (s.copies != uswap_debug_live_pages(m->swap)) {
 		ret = err_invariant(
@@ -288,6 +309,7 @@ int mm_validate(struct uswap_mm *m)
 	ret = uswap_debug_validate(m->swap);
 out_unlock:
 	mm_unmap_mem(s.refs, refs_bytes);
+	mm_unmap_mem(s.slots, slots_bytes);
 	pthread_rwlock_unlock(&m->tbl_lock);
 	pthread_mutex_unlock(&m->reclaim_lock);
 	if (pagemap >= 0)
