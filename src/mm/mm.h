@@ -300,18 +300,18 @@ struct uswap_mm {
 	size_t stale_pages;
 
 	/*
-	 * The slot store (region.c): where batched demotion copies inactive pages, SLOTS_MAX pages of
+	 * The slot store (region.c): where batched demotion copies inactive pages, slot_max pages of
 	 * address space (mm memory, never registered), populated as used. A free slot stays populated
 	 * (warm) so that the next demotion copies into it without a page fault and eviction frees it
 	 * without a zap (no TLB flush); beyond slot_spare_max() warm ones, the extra are zapped (cold).
-	 * slot_stack: [0, slot_warm) warm free slots, [SLOTS_MAX - slot_cold, SLOTS_MAX) cold ones;
+	 * slot_stack: [0, slot_warm) warm free slots, [slot_max - slot_cold, slot_max) cold ones;
 	 * slots from slot_next on were never used. NULL slot_base: no store (the window copies into
 	 * the region's shadow range with UFFDIO_COPY).
 	 */
 #define SLOTS_MAX (1u << PG_SLOT_BITS) /* 1 GiB of inactive pages */
 	unsigned char *slot_base;
 	uint32_t *slot_stack;
-	uint32_t slot_warm, slot_cold, slot_next;
+	uint32_t slot_max, slot_warm, slot_cold, slot_next;
 	pthread_mutex_t slot_lock;
 
 	pthread_mutex_t ev_lock;     /* serializes read() of uffd and numbers the events read */

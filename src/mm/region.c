@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -316,6 +317,21 @@ static uint32_t slot_spare_max(struct uswap_mm *m)
 }
 
 /*
+ * Slots for half the limit (the inactive list is at most half of it; no limit yet: SLOTS_MAX), at
+ * least 4096 (16 MiB), at most SLOTS_MAX; and at most a 64th of the address space an RLIMIT_AS leaves. When the limit grows past
+ * what the store holds, demotion goes on into the region's shadow range (UFFDIO_MOVE).
+ */
+static uint32_t slot_count(struct uswap_mm *m)
+{
+	uint64_t n = atomic_load(&m->limit_pages) ? atomic_load(&m->limit_pages) / 2 : SLOTS_MAX;
+	struct rlimit rl;
+
+	if (!getrlimit(RLIMIT_AS, &rl) && rl.rlim_cur != RLIM_INFINITY && n > rl.rlim_cur / 64 / MM_PAGE)
+		n = rl.rlim_cur / 64 / MM_PAGE;
+	return n < 4096 ? 4096 : n > SLOTS_MAX ? SLOTS_MAX : (uint32_t)n;
+}
+
+/*
  * The store works only where process_vm_readv() on ourselves does (a seccomp filter may refuse it):
  * tried on its first slot, which stays warm.
  */
@@ -323,12 +339,13 @@ int slot_init(struct uswap_mm *m)
 {
 	struct iovec to, from = {.iov_base = m->zero, .iov_len = MM_PAGE};
 
-	m->slot_base = mm_map_mem((size_t)SLOTS_MAX * MM_PAGE);
-	m->slot_stack = mm_map_mem(SLOTS_MAX * sizeof(uint32_t));
+	m->slot_max = slot_count(m);
+	m->slot_base = mm_map_mem((size_t)m->slot_max * MM_PAGE);
+	m->slot_stack = mm_map_mem(m->slot_max * sizeof(uint32_t));
 	if (!m->slot_base || !m->slot_stack)
 		goto none;
-	umadvise(m->slot_base, (size_t)SLOTS_MAX * MM_PAGE, MADV_NOHUGEPAGE);
-	umadvise(m->slot_base, (size_t)SLOTS_MAX * MM_PAGE, MADV_DONTFORK);
+	umadvise(m->slot_base, (size_t)m->slot_max * MM_PAGE, MADV_NOHUGEPAGE);
+	umadvise(m->slot_base, (size_t)m->slot_max * MM_PAGE, MADV_DONTFORK);
 	to = (struct iovec){.iov_base = m->slot_base, .iov_len = MM_PAGE};
 	if (process_vm_readv(m->pid, &to, 1, &from, 1, 0) != (ssize_t)MM_PAGE)
 		goto none;
@@ -346,8 +363,8 @@ void slot_fini(struct uswap_mm *m)
 {
 	if (m->slot_base && m->slot_stack)
 		pthread_mutex_destroy(&m->slot_lock);
-	mm_unmap_mem(m->slot_base, (size_t)SLOTS_MAX * MM_PAGE);
-	mm_unmap_mem(m->slot_stack, SLOTS_MAX * sizeof(uint32_t));
+	mm_unmap_mem(m->slot_base, (size_t)m->slot_max * MM_PAGE);
+	mm_unmap_mem(m->slot_stack, m->slot_max * sizeof(uint32_t));
 	m->slot_base = NULL;
 	m->slot_stack = NULL;
 }
@@ -367,8 +384,8 @@ size_t slot_get(struct uswap_mm *m, size_t n, uint32_t *out)
 	while (k < n && m->slot_warm)
 		out[k++] = m->slot_stack[--m->slot_warm];
 	while (k < n && m->slot_cold)
-		out[k++] = m->slot_stack[SLOTS_MAX - m->slot_cold--];
-	while (k < n && m->slot_next < SLOTS_MAX)
+		out[k++] = m->slot_stack[m->slot_max - m->slot_cold--];
+	while (k < n && m->slot_next < m->slot_max)
 		out[k++] = m->slot_next++;
 	pthread_mutex_unlock(&m->slot_lock);
 	qsort(out, k, sizeof(*out), slot_cmp);
@@ -406,7 +423,7 @@ void slot_put(struct uswap_mm *m, const uint32_t *s, size_t n)
 		ranges_zap(m, iov, ni);
 		pthread_mutex_lock(&m->slot_lock);
 		for (unsigned j = 0; j < nz; j++)
-			m->slot_stack[SLOTS_MAX - ++m->slot_cold] = zap[j];
+			m->slot_stack[m->slot_max - ++m->slot_cold] = zap[j];
 	}
 	pthread_mutex_unlock(&m->slot_lock);
 }

@@ -243,7 +243,7 @@ static int validate_region(struct uswap_mm *m, struct mm_region *r, struct mm_su
 int mm_validate(struct uswap_mm *m)
 {
 	struct mm_sums s = {0};
-	size_t refs_bytes = 0, slots_bytes = SLOTS_MAX / 8;
+	size_t refs_bytes = 0, slots_bytes = (m->slot_max / 64 + 1) * sizeof(uint64_t);
 	uint64_t in_slots = 0;
 	int ret = 0, pagemap;
 
@@ -292,7 +292,7 @@ int mm_validate(struct uswap_mm *m)
 		goto out_unlock;
 	}
 	/* Every slot the store gave is in one place: a page word, the warm or the cold free slots. */
-	for (size_t j = 0; j < SLOTS_MAX / 64; j++)
+	for (size_t j = 0; m->slot_base && j <= m->slot_max / 64; j++)
 		in_slots += (uint64_t)__builtin_popcountll(s.slots[j]);
 	if (m->slot_base && in_slots + m->slot_warm + m->slot_cold != m->slot_next) {
 		ret = err_invariant("slot store: %llu slots in pages, %u warm and %u cold free, %u given out",
