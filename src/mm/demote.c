@@ -1,9 +1,9 @@
 /*
- * demote.c - demotion: the present pages of unreferenced folios leave the program's range for the
- * region's shadow range, still in memory, so that the next touch faults (a soft fault brings them
- * back without a load) and the back hand can evict what nobody touched. A run of pages at a time with
- * UFFDIO_MOVE, or, when the program reports its discards, a window of folios at a time with one
- * write-protect, copies and one zap. Called by reclaim.c's front hand.
+ * demote.c - demotion: the present pages of unreferenced folios leave the program's range, still in
+ * memory, so that the next touch faults (a soft fault brings them back without a load) and the back
+ * hand can evict what nobody touched. A run of pages at a time into the region's shadow range with
+ * UFFDIO_MOVE, or, when the program reports its discards, a window of folios at a time into the slot
+ * store with one write-protect, one read and one zap. Called by reclaim.c's front hand.
  */
 #include <assert.h>
 #include <errno.h>
@@ -20,7 +20,8 @@
 /*
  * A soft fault copies its pages back from the shadow (a UFFDIO_COPY into the program's empty slots
  * flushes nothing) rather than move them (a TLB flush each, which interrupts every CPU the program
- * runs on), and leaves the shadow pages behind, stale. They go together: with the back hand's next
+ * runs on). A slot of the slot store is free again at once; pages of a region's shadow range are left
+ * behind, stale. They go together: with the back hand's next
  * release (reclaim.c's batch_flush()), when the list is full, and before anything changes the table
  * (a region's shadow may go away then). Until then their folio is FL_STALE and no hand demotes it: its
  * shadow slots are not empty (it was just touched anyway). At most STALE_PAGES pages wait.
@@ -197,8 +198,9 @@ static size_t folio_present_pages(struct mm_region *r, size_t fi)
  * per run of pages:
  *  1. one UFFDIO_WRITEPROTECT over the window (one flush): from here a program write to any page of
  *     it waits in a write-protect fault, for our folio lock if it is a victim's;
- *  2. each run of the victims' present pages is copied into its (empty) shadow slots with
- *     UFFDIO_COPY, which flushes nothing; a page shared with a fork child is copied like any other;
+ *  2. the victims' present pages are read into free slots of the slot store (window_to_slots(): no
+ *     page fault, no flush; without a store, each run is copied into its empty shadow pages with
+ *     UFFDIO_COPY); a page shared with a fork child is copied like any other;
  *  3. one process_madvise(MADV_DONTNEED) zaps the copied runs (one flush);
  *  4. the protection is lifted from the present, dirty pages of the window that stay: the victims'
  *     pages that did not copy, and the other folios' (each try-locked meanwhile, so that none of

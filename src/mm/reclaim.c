@@ -326,9 +326,10 @@ static void batch_add(struct uswap_mm *m, struct release_batch *b, uintptr_t add
 }
 
 /*
- * Store the shadow pages of folio @fi. Their shadow pages join the batch, and the folio stays locked
- * until the batch is flushed (a shadow slot must be empty before anything can be moved into it
- * again). Return: pages, or -errno if none could go.
+ * Store the inactive pages of folio @fi. Their slots are free again at once (warm: no zap); pages of
+ * the region's shadow range join the batch, and the folio stays locked until the batch is flushed
+ * (a shadow page must be empty before anything can be moved into it again). Return: pages, or
+ * -errno if none could go.
  */
 static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, struct release_batch *b)
 {
