@@ -515,9 +515,9 @@ void folio_unlock(_Atomic uint32_t *f);
  */
 void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi);
 /*
- * The slot store (see struct uswap_mm). slot_get(): up to @n free slots into @out, warm ones first,
- * in ascending order (runs of a folio stay contiguous when they can); Return: how many (fewer when
- * the store is full). slot_put(): @n slots free again (warm; the extra beyond the spare are zapped).
+ * The slot store (see struct uswap_mm). slot_get(): up to @n (at most 64) free slots into @out,
+ * warm ones first, in ascending order (runs of a folio stay contiguous when they can); Return: how
+ * many (fewer when the store is full). slot_put(): @n slots free again (warm; the extra beyond the spare are zapped).
  */
 int slot_init(struct uswap_mm *m);
 void slot_fini(struct uswap_mm *m);

@@ -369,11 +369,17 @@ void slot_fini(struct uswap_mm *m)
 	m->slot_stack = NULL;
 }
 
-static int slot_cmp(const void *a, const void *b)
+/* Ascending, in place; at most 64 slots (qsort() may call malloc(), which a handler must not). */
+static void slots_sort(uint32_t *s, size_t n)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	for (size_t i = 1; i < n; i++) {
+		uint32_t v = s[i];
+		size_t j = i;
 
-	return x < y ? -1 : x > y;
+		for (; j && s[j - 1] > v; j--)
+			s[j] = s[j - 1];
+		s[j] = v;
+	}
 }
 
 size_t slot_get(struct uswap_mm *m, size_t n, uint32_t *out)
@@ -388,7 +394,7 @@ size_t slot_get(struct uswap_mm *m, size_t n, uint32_t *out)
 	while (k < n && m->slot_next < m->slot_max)
 		out[k++] = m->slot_next++;
 	pthread_mutex_unlock(&m->slot_lock);
-	qsort(out, k, sizeof(*out), slot_cmp);
+	slots_sort(out, k);
 	return k;
 }
 
@@ -411,7 +417,7 @@ void slot_put(struct uswap_mm *m, const uint32_t *s, size_t n)
 		while (nz < 64 && m->slot_warm > spare)
 			zap[nz++] = m->slot_stack[--m->slot_warm];
 		pthread_mutex_unlock(&m->slot_lock);
-		qsort(zap, nz, sizeof(*zap), slot_cmp);
+		slots_sort(zap, nz);
 		for (unsigned j = 0; j < nz; j++) {
 			if (ni && zap[j] == zap[j - 1] + 1) {
 				iov[ni - 1].iov_len += MM_PAGE;
