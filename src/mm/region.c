@@ -305,15 +305,15 @@ void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n)
 /* ---- the slot store ---- */
 
 /*
- * Warm free slots kept beyond those in use: a quarter of the inactive target (what eviction frees
- * between two refills of the inactive list), at least 64, at most 4096 (16 MiB). They are memory
- * outside the limit, like mm's own metadata.
+ * Warm free slots kept beyond those in use: what eviction frees between two refills of the inactive
+ * list (a round evicts 64 pages, a refill demotes 128 folios), a 16th of the inactive target, at
+ * least 128, at most 1024 (4 MiB). They are memory outside the limit, like mm's own metadata.
  */
 static uint32_t slot_spare_max(struct uswap_mm *m)
 {
-	uint64_t t = atomic_load(&m->inactive_target_pages) / 4;
+	uint64_t t = atomic_load(&m->inactive_target_pages) / 16;
 
-	return t < 64 ? 64 : t > 4096 ? 4096 : (uint32_t)t;
+	return t < 128 ? 128 : t > 1024 ? 1024 : (uint32_t)t;
 }
 
 /*
