@@ -129,20 +129,20 @@ static int in_shadow(struct uswap_mm *m, struct mm_region *r, size_t fi, size_t 
 		return ret;
 	if (clean && !keep)
 		pages_put_copies(m, r, i, i + dp);
-	if (slotted) { /* the run's slots are consecutive: free again, and warm */
+	/* The run's slots are free again (and warm) once no word names them; a shadow page goes stale. */
+	for (size_t j = 0; j < dp; j += 64) {
+		size_t c = dp - j < 64 ? dp - j : 64;
 		uint32_t s[64];
 
-		for (size_t j = 0; j < dp; j += 64) {
-			size_t c = dp - j < 64 ? dp - j : 64;
+		for (size_t k = 0; k < c; k++) {
+			uint64_t *w = &r->pages[i + j + k];
 
-			for (size_t k = 0; k < c; k++)
-				s[k] = pg_slot(r->pages[i + j + k]);
-			slot_put(m, s, c);
+			s[k] = pg_slot(*w);
+			*w = keep ? (pg_unslot(*w) & ~PG_KIND_MASK) | PG_PRESENT : PG_PRESENT;
 		}
+		if (slotted)
+			slot_put(m, s, c);
 	}
-	for (size_t j = 0; j < dp; j++)
-		r->pages[i + j] =
-			keep ? (pg_unslot(r->pages[i + j]) & ~PG_KIND_MASK) | PG_PRESENT : PG_PRESENT;
 	if (!slotted)
 		stale_add(m, r, fi, from, dp);
 	atomic_fetch_sub(&m->inactive, dp);
