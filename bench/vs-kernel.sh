@@ -8,9 +8,11 @@
 # limit plus its store (mm_stat mem_used_max, the median over its runs of a pattern); `uswap run
 # --limit` covers resident pages and its pool together, so the uswap mode gets that sum (it needs
 # the zram mode in the same run, else it falls back to the limit). zswap is charged to the cgroup:
-# compare it with uswap-limit. Each mode x pattern runs RUNS times; the median
-# touches/s is reported. zswap runs with its shrinker on (off, a cgroup limit OOM-kills the workload)
-# and lz4 if the kernel's crypto API has it (else lzo-rle, said in the output). Needs root. The machine is restored on exit, failure or interrupt: our swap
+# compare it with uswap-limit. Each mode x pattern runs RUNS times, the modes alternating (run 1 of
+# each, then run 2...; uswap's runs get zram's median store so far); the median touches/s is
+# reported. zswap runs with its shrinker on (off, a cgroup limit OOM-kills the workload) and lz4 if
+# the kernel's crypto API has it (else lzo-rle, said in the output). Needs root. The machine is
+# restored on exit, failure or interrupt: our swap
 # devices off, zswap back to its settings, zram reset, the cgroup removed.
 #
 # usage: bench/vs-kernel.sh [--size 2G] [--limit 512M] [--seconds 15] [--runs 3]
@@ -154,44 +156,52 @@ ratios() {
 jfield() { sed -n "s/.*\"$2\":\"\\{0,1\\}\\([^,\"}]*\\).*/\\1/p" <<<"$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print 0}'; }
 
-declare -A med majflt rss status oom zram_store uswap_limit
+declare -A med majflt rss status oom zram_store uswap_limit vals stores
 all_json=()
+skip=""
 for mode in $modes; do
 	if [[ $mode == uswap* ]] && ! "$uswap" run --help >/dev/null 2>&1; then
-		echo "vs-kernel.sh: $uswap has no 'run' command yet: uswap mode skipped" >&2
+		echo "vs-kernel.sh: $uswap has no 'run' command yet: $mode mode skipped" >&2
 		for pat in $patterns; do status[$mode.$pat]="n/a"; done
-		continue
+		skip="$skip $mode"
 	fi
-	setup_mode "$mode"
-	for pat in $patterns; do
-		vals=() st=ok ooms=0 stores=()
-		for ((r = 1; r <= runs; r++)); do
+done
+# Alternating: run r of every mode, then run r + 1 (the host drifts; each mode sees the same drift).
+for pat in $patterns; do
+	for mode in $modes; do status[$mode.$pat]=${status[$mode.$pat]:-ok}; oom[$mode.$pat]=0; vals[$mode.$pat]=""; done
+	stores[$pat]=""
+	for ((r = 1; r <= runs; r++)); do
+		for mode in $modes; do
+			[[ " $skip " == *" $mode "* ]] && continue
+			setup_mode "$mode"
 			[ "$mode" = zram ] && echo 0 > $zram/mem_used_max
 			j=$(run_one "$mode" "$pat")
-			[ "$mode" = zram ] && stores+=("$(awk '{print $5}' $zram/mm_stat)")
+			if [ "$mode" = zram ]; then
+				# uswap's runs get the limit plus the median of zram's stores so far
+				stores[$pat]="${stores[$pat]} $(awk '{print $5}' $zram/mm_stat)"
+				zram_store[$pat]=$(printf '%s\n' ${stores[$pat]} | median)
+				uswap_limit[$pat]=$((limit_bytes + zram_store[$pat]))
+				echo "  zram $pat: store $((zram_store[$pat] >> 20)) MiB; uswap gets $((uswap_limit[$pat] >> 20)) MiB" >&2
+			fi
+			swap_off_all_ours
 			all_json+=("$j")
 			rc=$(jfield "$j" exit)
-			if [ "$rc" = 137 ] || [ "$rc" = 9 ]; then ooms=$((ooms + 1)); continue
-			elif [ "$rc" != 0 ]; then st="exit $rc"
-			elif [ "$(jfield "$j" verified)" != true ]; then st="BAD DATA"
+			if [ "$rc" = 137 ] || [ "$rc" = 9 ]; then oom[$mode.$pat]=$((oom[$mode.$pat] + 1)); continue
+			elif [ "$rc" != 0 ]; then status[$mode.$pat]="exit $rc"
+			elif [ "$(jfield "$j" verified)" != true ]; then status[$mode.$pat]="BAD DATA"
 			fi
-			vals+=("$(jfield "$j" touches_per_s)")
+			vals[$mode.$pat]="${vals[$mode.$pat]} $(jfield "$j" touches_per_s)"
 			majflt[$mode.$pat]=$(jfield "$j" majflt)
 			rss[$mode.$pat]=$(jfield "$j" maxrss_kb)
 			echo "  $mode $pat run $r: $(jfield "$j" touches_per_s) touches/s, exit $rc" >&2
 		done
-		# the median of the runs that completed; OOM kills are counted and shown
-		med[$mode.$pat]=$( [ ${#vals[@]} -gt 0 ] && printf '%s\n' "${vals[@]}" | median || echo 0)
-		[ ${#vals[@]} -eq 0 ] && [ "$st" = ok ] && st=OOM-killed
-		status[$mode.$pat]=$st
-		oom[$mode.$pat]=$ooms
-		if [ "$mode" = zram ] && [ ${#stores[@]} -gt 0 ]; then
-			zram_store[$pat]=$(printf '%s\n' "${stores[@]}" | median)
-			uswap_limit[$pat]=$((limit_bytes + zram_store[$pat]))
-			echo "  zram $pat: store $((zram_store[$pat] >> 20)) MiB; uswap gets $((uswap_limit[$pat] >> 20)) MiB" >&2
-		fi
 	done
-	swap_off_all_ours
+	# the median of the runs that completed; OOM kills are counted and shown
+	for mode in $modes; do
+		[[ " $skip " == *" $mode "* ]] && continue
+		med[$mode.$pat]=$( [ -n "${vals[$mode.$pat]}" ] && printf '%s\n' ${vals[$mode.$pat]} | median || echo 0)
+		[ -z "${vals[$mode.$pat]}" ] && [ "${status[$mode.$pat]}" = ok ] && status[$mode.$pat]=OOM-killed
+	done
 done
 
 printf '%-9s' mode; for pat in $patterns; do printf ' %14s %9s %9s' "$pat t/s" majflt "rss MiB"; done; echo
