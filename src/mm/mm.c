@@ -110,8 +110,8 @@ static bool mm_probe_fd(int fd)
 /* Whether process_madvise(MADV_DONTNEED) takes PIDFD_SELF_THREAD_GROUP: tried on a page of our own. */
 static bool self_madvise_works(void)
 {
-	void *p = (void *)syscall(SYS_mmap, NULL, MM_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-				  -1, 0);
+	void *p = (void *)syscall(SYS_mmap, NULL, MM_PAGE, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct iovec iov = {.iov_base = p, .iov_len = MM_PAGE};
 	bool ok;
 

@@ -358,8 +358,8 @@ static ssize_t evict_folio(struct uswap_mm *m, struct mm_region *r, size_t fi, s
 			slots[j] = pg_slot(r->pages[i + j]);
 		if (clean) {
 			for (size_t j = 0; j < n; j++)
-				r->pages[i + j] =
-					(pg_unslot(r->pages[i + j]) & ~(PG_KIND_MASK | PG_CLEAN)) | PG_SWAPPED;
+				r->pages[i + j] = (pg_unslot(r->pages[i + j]) & ~(PG_KIND_MASK | PG_CLEAN)) |
+						  PG_SWAPPED;
 			atomic_fetch_add(&m->c.clean_evictions, 1);
 			if (atomic_load_explicit(&m->wp_score, memory_order_relaxed) < WP_SCORE_MAX)
 				atomic_fetch_add_explicit(&m->wp_score, 1, memory_order_relaxed);

@@ -97,8 +97,9 @@ static int validate_page(struct uswap_mm *m, struct mm_region *r, size_t i, stru
 
 	if (k == PG_SHADOW && pg_slotted(w)) {
 		if (!m->slot_base || pg_slot(w) >= m->slot_next)
-			return err_invariant("page %#lx (region %#lx): in slot %u, which the store never gave",
-					     (unsigned long)a, (unsigned long)r->start, pg_slot(w));
+			return err_invariant(
+				"page %#lx (region %#lx): in slot %u, which the store never gave",
+				(unsigned long)a, (unsigned long)r->start, pg_slot(w));
 		if (s->slots[pg_slot(w) / 64] >> (pg_slot(w) % 64) & 1)
 			return err_invariant("page %#lx (region %#lx): slot %u is another page's too",
 					     (unsigned long)a, (unsigned long)r->start, pg_slot(w));
