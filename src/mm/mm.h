@@ -127,6 +127,14 @@ static inline bool pg_copy_follows(uint64_t a, uint64_t b)
 #define FL_NCLEAN_SHIFT 17
 #define FL_NMASK        0x3ffu
 #define FL_COUNTS       (FL_NMASK << FL_NSWAP_SHIFT | FL_NMASK << FL_NCLEAN_SHIFT)
+static inline uint32_t fl_swapped(uint32_t f)
+{
+	return f >> FL_NSWAP_SHIFT & FL_NMASK;
+}
+static inline uint32_t fl_clean(uint32_t f)
+{
+	return f >> FL_NCLEAN_SHIFT & FL_NMASK;
+}
 
 struct mm_region {
 	uintptr_t start, end; /* page aligned */
@@ -480,9 +488,16 @@ size_t reclaim_run(struct uswap_mm *m, uint64_t target, bool direct);
 /* Direct reclaim from a faulting thread (SIGBUS mode); see reclaim.c. */
 size_t reclaim_direct(struct uswap_mm *m);
 
+/*
+ * validate.c (DEBUG builds; a stub returning 0 in others): check the region table, every page and
+ * folio word, the instance's counters and the swap layer under it (uswap_debug_validate()) against
+ * each other. Context: quiescent (no fault resolved, no reclaim running, the program not touching
+ * region memory); it takes reclaim_lock and tbl_lock for writing. Return: 0, or -EUCLEAN with the
+ * first broken invariant on stderr, naming the region and page.
+ */
+int mm_validate(struct uswap_mm *m);
+
 /* region.c */
-void *mm_map_mem(size_t len); /* mm's own memory: mmap, never registered */
-void mm_unmap_mem(void *p, size_t len);
 int region_table_init(struct uswap_mm *m);
 void region_table_destroy(struct uswap_mm *m);
 struct mm_region *region_find(struct uswap_mm *m, uintptr_t addr);
@@ -505,6 +520,21 @@ int region_adopt(struct uswap_mm *m, uintptr_t addr, bool grown_only);
  * adjacent, sorted, at most @max (the rest are left out). Return: how many.
  */
 size_t region_dontfork_ranges(struct mm_range *out, size_t max);
+/*
+ * The copies of folio @fi's clean pages are stale from now on: drop them and lift the folio's write
+ * protection. *had: it had clean pages. Context: folio locked. Return: 0 (waiters woken) or -errno.
+ */
+int folio_unprotect(struct uswap_mm *m, struct mm_region *r, size_t fi, bool *had);
+/*
+ * folio_unprotect() every folio over [start, end) of one region, as a write fault would, before a
+ * write the kernel makes for us (MADV_POPULATE_WRITE): in SIGBUS mode that fails with EFAULT on a
+ * protected page. Not counted as a fault. Context: no lock held.
+ */
+void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
+
+/* page.c */
+void *mm_map_mem(size_t len); /* mm's own memory: mmap, never registered */
+void mm_unmap_mem(void *p, size_t len);
 void folio_lock(_Atomic uint32_t *f);
 bool folio_trylock(_Atomic uint32_t *f);
 void folio_unlock(_Atomic uint32_t *f);
@@ -517,7 +547,8 @@ void folio_summarize(struct uswap_mm *m, struct mm_region *r, size_t fi);
 /*
  * The slot store (see struct uswap_mm). slot_get(): up to @n (at most 64) free slots into @out,
  * warm ones first, in ascending order (runs of a folio stay contiguous when they can); Return: how
- * many (fewer when the store is full). slot_put(): @n slots free again (warm; the extra beyond the spare are zapped).
+ * many (fewer when the store is full). slot_put(): @n slots free again (warm; the extra beyond the
+ * spare are zapped).
  */
 int slot_init(struct uswap_mm *m);
 void slot_fini(struct uswap_mm *m);
@@ -543,31 +574,11 @@ void pages_put_copies(struct uswap_mm *m, struct mm_region *r, size_t first, siz
 /* Drop pages [first, end) of the region to NONE, whatever they are; accounting follows. */
 void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t end);
 /*
- * The copies of folio @fi's clean pages are stale from now on: drop them and lift the folio's write
- * protection. *had: it had clean pages. Context: folio locked. Return: 0 (waiters woken) or -errno.
- */
-int folio_unprotect(struct uswap_mm *m, struct mm_region *r, size_t fi, bool *had);
-/*
- * folio_unprotect() every folio over [start, end) of one region, as a write fault would, before a
- * write the kernel makes for us (MADV_POPULATE_WRITE): in SIGBUS mode that fails with EFAULT on a
- * protected page. Not counted as a fault. Context: no lock held.
- */
-void region_unprotect(struct uswap_mm *m, uintptr_t start, uintptr_t end);
-/*
  * Zap @n ranges of our own address space (shadow pages, or program pages copied to the shadow) with
  * one process_madvise(): one TLB flush for all of them.
  */
 struct iovec;
 void ranges_zap(struct uswap_mm *m, const struct iovec *iov, unsigned n);
-
-/*
- * validate.c (DEBUG builds; a stub returning 0 in others): check the region table, every page and
- * folio word, the instance's counters and the swap layer under it (uswap_debug_validate()) against
- * each other. Context: quiescent (no fault resolved, no reclaim running, the program not touching
- * region memory); it takes reclaim_lock and tbl_lock for writing. Return: 0, or -EUCLEAN with the
- * first broken invariant on stderr, naming the region and page.
- */
-int mm_validate(struct uswap_mm *m);
 
 /* uffd.c: 0 or -errno; *done = bytes done, also on a partial failure. */
 /* A userfaultfd with @features, or -EPERM with a message that says how to get access. */
