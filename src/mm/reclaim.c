@@ -165,12 +165,36 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 	return true;
 }
 
+/*
+ * A new budget keeps the pool's learned share of it: its capacity scales with the budget, within an
+ * eighth and half. (Resetting it to half at each step, as a first budget is set, undid the balance
+ * under limit_auto, which moves the budget several times a second.)
+ */
+static void budget_rescale(struct uswap_mm *m, uint64_t old_pages, uint64_t new_pages)
+{
+	uint64_t target = atomic_load(&m->pool_target_bytes), budget = new_pages * MM_PAGE;
+	int64_t cap;
+
+	if (!target || !old_pages || !m->swap) {
+		reclaim_budget_init(m);
+		return;
+	}
+	target = (uint64_t)((double)target * (double)new_pages / (double)old_pages);
+	if (target > budget / USWAP_POOL_SHARE_MAX_DIV)
+		target = budget / USWAP_POOL_SHARE_MAX_DIV;
+	if (target < budget / USWAP_POOL_SHARE_MIN_DIV)
+		target = budget / USWAP_POOL_SHARE_MIN_DIV;
+	cap = uswap_mem_capacity(m->swap, target);
+	atomic_store(&m->pool_target_bytes, cap > 0 ? (uint64_t)cap : 0);
+}
+
 void reclaim_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
 	reclaim_set_limit(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
 	if (m->pool_in_limit) {
-		atomic_store(&m->budget_pages, mm_pages(limit_bytes));
-		reclaim_budget_init(m);
+		uint64_t old = atomic_exchange(&m->budget_pages, mm_pages(limit_bytes));
+
+		budget_rescale(m, old, mm_pages(limit_bytes));
 		reclaim_budget_apply(m);
 	}
 	if (atomic_load(&m->resident) > atomic_load(&m->high_pages))
