@@ -172,7 +172,7 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 /*
  * A new budget keeps the pool's learned share of it (pool_share, in steps of POOL_SHARE_STEP): the
  * capacity is that share of the new budget. (Resetting it to half at each step, as a first budget is
- * set, undid pool_balance() under limit_auto, which moves the budget several times a second.)
+ * set, undid pool_balance() under limit_auto, which moves the budget up to once a second.)
  */
 static void budget_rescale(struct uswap_mm *m)
 {
