@@ -346,6 +346,18 @@ static void test_mm_pool_share(void)
 	CHECK(st.pool_share_bytes < budget / 2);
 	CHECK(st.pool_share_bytes >= budget / 8);
 	shrunk = st.pool_share_bytes;
+	/*
+	 * A new limit keeps the share learned (as limit_auto moves it several times a second): half
+	 * the limit, half the pool; back, the pool as it was, not reset to half the budget.
+	 */
+	CHECK_EQ(uswap_mm_set_limit(m, budget / 2), 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.pool_share_bytes <= shrunk / 2 + PS && st.pool_share_bytes + PS >= shrunk / 2);
+	CHECK_EQ(uswap_mm_set_limit(m, budget), 0);
+	uswap_mm_stats(m, &st);
+	CHECK(st.pool_share_bytes <= shrunk + PS && st.pool_share_bytes + 2 * PS >= shrunk);
+	CHECK(st.pool_share_bytes < budget / 2);
+	shrunk = st.pool_share_bytes;
 	for (size_t i = nt; i < n; i++) {
 		fill_page(p + i * PS, PK_RANDOM, seed_for(i));
 		sums[i] = csum_buf(p + i * PS, PS);

@@ -251,7 +251,8 @@ struct uswap_mm {
 	 * pool_balance() between an eighth and half of the budget; 0 when no tier holds memory.
 	 */
 	_Atomic uint64_t pool_target_bytes, balance_next_ms;
-	pthread_mutex_t bal_lock; /* try-locked by whoever looks; protects the bal_ fields */
+	_Atomic unsigned pool_share; /* the pool's share of the budget, in 16ths (reclaim.c) */
+	pthread_mutex_t bal_lock;    /* try-locked by whoever looks; protects the bal_ fields */
 	uint64_t bal_mem_ns, bal_mem_loads, bal_deep_ns, bal_deep_loads;
 	unsigned bal_idle; /* looks in a row that found the tiers below the pool idle */
 	bool pool_in_limit;

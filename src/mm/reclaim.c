@@ -90,7 +90,7 @@ void reclaim_set_limit(struct uswap_mm *m, uint64_t limit_pages, unsigned inacti
  * A program that has not pushed anything below the pool yet is not idle below it for long. The capacity goes to the pool at once; what it holds beyond goes down by writeback.
  */
 #define BALANCE_MS      100
-#define POOL_SHARE_STEP 16 /* budget / 16 */
+#define POOL_SHARE_STEP 16 /* the share moves by budget / 16 */
 #define IDLE_TURNS      10
 
 void reclaim_budget_init(struct uswap_mm *m)
@@ -100,6 +100,7 @@ void reclaim_budget_init(struct uswap_mm *m)
 
 	if (!budget || !m->swap)
 		return;
+	atomic_store(&m->pool_share, POOL_SHARE_STEP / USWAP_POOL_SHARE_MAX_DIV);
 	cap = uswap_mem_capacity(m->swap, budget / USWAP_POOL_SHARE_MAX_DIV);
 	atomic_store(&m->pool_target_bytes, cap > 0 ? (uint64_t)cap : 0);
 	atomic_store(&m->balance_next_ms, mono_ms() + BALANCE_MS);
@@ -107,8 +108,9 @@ void reclaim_budget_init(struct uswap_mm *m)
 
 static void pool_balance(struct uswap_mm *m, uint64_t budget)
 {
-	uint64_t next = atomic_load(&m->balance_next_ms), now = mono_ms(), target, mem_ns = 0, mem_loads = 0;
-	uint64_t deep_ns = 0, deep_loads = 0, d_mem, d_deep, step = budget / POOL_SHARE_STEP;
+	uint64_t next = atomic_load(&m->balance_next_ms), now = mono_ms(), mem_ns = 0, mem_loads = 0;
+	uint64_t deep_ns = 0, deep_loads = 0, d_mem, d_deep;
+	unsigned share;
 	struct uswap_stats st;
 	bool below = false;
 
@@ -134,17 +136,19 @@ static void pool_balance(struct uswap_mm *m, uint64_t budget)
 	m->bal_mem_loads = mem_loads;
 	m->bal_deep_ns = deep_ns;
 	m->bal_deep_loads = deep_loads;
-	target = atomic_load(&m->pool_target_bytes);
+	share = atomic_load(&m->pool_share);
 	m->bal_idle = !d_deep && d_mem ? m->bal_idle + 1 : 0;
-	if (d_deep > d_mem && target + step <= budget / USWAP_POOL_SHARE_MAX_DIV) {
-		target += step;
-	} else if (m->bal_idle >= IDLE_TURNS && target >= budget / USWAP_POOL_SHARE_MIN_DIV + step) {
-		target -= step;
+	if (d_deep > d_mem && share < POOL_SHARE_STEP / USWAP_POOL_SHARE_MAX_DIV) {
+		share++;
+	} else if (m->bal_idle >= IDLE_TURNS && share > POOL_SHARE_STEP / USWAP_POOL_SHARE_MIN_DIV) {
+		share--;
 		m->bal_idle = 0;
 	} else {
 		goto out_unlock;
 	}
-	atomic_store(&m->pool_target_bytes, (uint64_t)uswap_mem_capacity(m->swap, target));
+	atomic_store(&m->pool_share, share);
+	atomic_store(&m->pool_target_bytes,
+		     (uint64_t)uswap_mem_capacity(m->swap, budget / POOL_SHARE_STEP * share));
 out_unlock:
 	pthread_mutex_unlock(&m->bal_lock);
 }
@@ -165,12 +169,31 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 	return true;
 }
 
+/*
+ * A new budget keeps the pool's learned share of it (pool_share, in steps of POOL_SHARE_STEP): the
+ * capacity is that share of the new budget. (Resetting it to half at each step, as a first budget is
+ * set, undid pool_balance() under limit_auto, which moves the budget up to once a second.)
+ */
+static void budget_rescale(struct uswap_mm *m)
+{
+	uint64_t budget = atomic_load(&m->budget_pages) * MM_PAGE;
+	unsigned share = atomic_load(&m->pool_share);
+	int64_t cap;
+
+	if (!share || !m->swap) {
+		reclaim_budget_init(m);
+		return;
+	}
+	cap = uswap_mem_capacity(m->swap, budget / POOL_SHARE_STEP * share);
+	atomic_store(&m->pool_target_bytes, cap > 0 ? (uint64_t)cap : 0);
+}
+
 void reclaim_limit(struct uswap_mm *m, uint64_t limit_bytes)
 {
 	reclaim_set_limit(m, mm_pages(limit_bytes), atomic_load(&m->inactive_pct));
 	if (m->pool_in_limit) {
 		atomic_store(&m->budget_pages, mm_pages(limit_bytes));
-		reclaim_budget_init(m);
+		budget_rescale(m);
 		reclaim_budget_apply(m);
 	}
 	if (atomic_load(&m->resident) > atomic_load(&m->high_pages))
