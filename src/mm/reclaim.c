@@ -170,9 +170,8 @@ bool reclaim_budget_apply(struct uswap_mm *m)
 }
 
 /*
- * A new budget keeps the pool's learned share of it (pool_share, in steps of POOL_SHARE_STEP): the
- * capacity is that share of the new budget. (Resetting it to half at each step, as a first budget is
- * set, undid pool_balance() under limit_auto, which moves the budget up to once a second.)
+ * A new budget keeps the pool's learned share of it (pool_share, in POOL_SHARE_STEPs). (Resetting it
+ * to half at each step undid pool_balance() under limit_auto, which moves the budget once a second.)
  */
 static void budget_rescale(struct uswap_mm *m)
 {
@@ -280,10 +279,7 @@ static void auto_tick(struct uswap_mm *m)
 
 /* ---- the hands ---- */
 
-/*
- * A store no tier took: the run goes back where it was, dirty and resident (from the slot store by
- * copy, its slots then free; from the region's shadow by move).
- */
+/* A store no tier took: the run goes back, dirty and resident (copied from its slots, or moved). */
 static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t n)
 {
 	uint8_t st[MV_MAX_PAGES];
@@ -296,10 +292,9 @@ static void evict_undo(struct uswap_mm *m, struct mm_region *r, size_t i, size_t
 		uffd_copy_vmas(m, region_addr(r, i), (void *)page_shadow(m, r, i), n * MM_PAGE, false, false,
 			       &done);
 		dp = done / MM_PAGE;
-		for (size_t j = 0; j < dp; j++) {
-			s[j] = pg_slot(r->pages[i + j]);
-			r->pages[i + j] = (pg_unslot(r->pages[i + j]) & ~PG_KIND_MASK) | PG_PRESENT;
-		}
+		pages_put_copies(m, r, i, i + dp); /* mapped writable: a clean page's copy goes */
+		for (size_t j = 0; j < dp; j++)
+			s[j] = pg_slot(r->pages[i + j]), r->pages[i + j] = PG_PRESENT;
 		slot_put(m, s, dp);
 		atomic_fetch_sub(&m->inactive, dp);
 		return;
