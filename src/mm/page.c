@@ -214,7 +214,6 @@ void pages_drop(struct uswap_mm *m, struct mm_region *r, size_t first, size_t en
 	atomic_fetch_sub(&m->inactive, inactive);
 }
 
-
 /*
  * Zap @n ranges of our own address space (shadow pages, or program pages already copied to the
  * shadow) with one process_madvise(): one TLB flush for all of them.
