@@ -34,6 +34,16 @@ void mut_init(struct mutator *m, uint64_t seed)
 	m->state = seed ^ 0x9e3779b97f4a7c15ull;
 }
 
+void mut_start(struct mutator *m, const char *test, const char *const *dict, size_t nr_dict,
+	       const char *const *corpus, size_t nr_corpus)
+{
+	mut_init(m, mut_seed(test));
+	m->dict = dict;
+	m->nr_dict = nr_dict;
+	m->corpus = corpus;
+	m->nr_corpus = nr_corpus;
+}
+
 /* splitmix64 */
 uint64_t mut_rand(struct mutator *m)
 {

@@ -24,6 +24,12 @@ uint64_t mut_seed(const char *test);
 unsigned long mut_iterations(unsigned long base);
 
 void mut_init(struct mutator *m, uint64_t seed);
+/* mut_init() with mut_seed(@test), splicing words of the array @dict into strings of the array @corpus. */
+#define MUT_START(m, test, dict, corpus)                                                                     \
+	mut_start(m, test, dict, sizeof(dict) / sizeof((dict)[0]), corpus,                                   \
+		  sizeof(corpus) / sizeof((corpus)[0]))
+void mut_start(struct mutator *m, const char *test, const char *const *dict, size_t nr_dict,
+	       const char *const *corpus, size_t nr_corpus);
 uint64_t mut_rand(struct mutator *m);
 /* A number in [0, n). */
 static inline uint64_t mut_below(struct mutator *m, uint64_t n)

@@ -183,11 +183,7 @@ static struct mutator tier_mutator(const char *test)
 {
 	struct mutator m;
 
-	mut_init(&m, mut_seed(test));
-	m.dict = tier_dict;
-	m.nr_dict = sizeof(tier_dict) / sizeof(tier_dict[0]);
-	m.corpus = corpus;
-	m.nr_corpus = sizeof(corpus) / sizeof(corpus[0]);
+	MUT_START(&m, test, tier_dict, corpus);
 	return m;
 }
 
@@ -336,11 +332,7 @@ static void sizes_match_reference(void)
 	unsigned long n = mut_iterations(50000), good = 0;
 	char s[48];
 
-	mut_init(&m, mut_seed("sizes_match_reference"));
-	m.dict = size_dict;
-	m.nr_dict = sizeof(size_dict) / sizeof(size_dict[0]);
-	m.corpus = size_corpus;
-	m.nr_corpus = sizeof(size_corpus) / sizeof(size_corpus[0]);
+	MUT_START(&m, "sizes_match_reference", size_dict, size_corpus);
 	for (unsigned long i = 0; i < n; i++) {
 		const char *base = size_corpus[mut_below(&m, m.nr_corpus)];
 		size_t len = strlen(base);
@@ -395,11 +387,7 @@ static void limits_parse_or_refuse(void)
 	unsigned long n = mut_iterations(30000), good = 0;
 	char s[160];
 
-	mut_init(&m, mut_seed("limits_parse_or_refuse"));
-	m.dict = limit_dict;
-	m.nr_dict = sizeof(limit_dict) / sizeof(limit_dict[0]);
-	m.corpus = limit_corpus;
-	m.nr_corpus = sizeof(limit_corpus) / sizeof(limit_corpus[0]);
+	MUT_START(&m, "limits_parse_or_refuse", limit_dict, limit_corpus);
 	for (unsigned long i = 0; i < n; i++) {
 		const char *base = limit_corpus[mut_below(&m, m.nr_corpus)];
 		struct uswap_mm_options o;
@@ -445,11 +433,7 @@ static void fault_seed_env(void)
 	unsigned long n = mut_iterations(3000);
 	char s[64];
 
-	mut_init(&m, mut_seed("fault_seed_env"));
-	m.dict = dict;
-	m.nr_dict = sizeof(dict) / sizeof(dict[0]);
-	m.corpus = seeds;
-	m.nr_corpus = sizeof(seeds) / sizeof(seeds[0]);
+	MUT_START(&m, "fault_seed_env", dict, seeds);
 	for (unsigned long i = 0; i < n; i++) {
 		const char *base = seeds[mut_below(&m, m.nr_corpus)];
 		size_t len = strlen(base);
@@ -520,11 +504,7 @@ static void preload_environment(void)
 	}
 	for (size_t v = 0; v < sizeof(env_corpus) / sizeof(env_corpus[0]); v++)
 		env_corpus[v] = env_vars[v / 4].values[v % 4];
-	mut_init(&m, mut_seed("preload_environment"));
-	m.dict = limit_dict;
-	m.nr_dict = sizeof(limit_dict) / sizeof(limit_dict[0]);
-	m.corpus = env_corpus;
-	m.nr_corpus = sizeof(env_corpus) / sizeof(env_corpus[0]);
+	MUT_START(&m, "preload_environment", limit_dict, env_corpus);
 	for (unsigned long i = 0; i < n; i++) {
 		char vals[3][96], errpath[96];
 		const char *names[3];
